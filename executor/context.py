@@ -1,0 +1,42 @@
+"""What a running tool may know about its call: workspace, settings, deadline, fence."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from executor.settings import Settings
+from executor.workspace import Workspace
+
+
+def _no_fence() -> None:
+    """The fence of a call that holds no distributed lock: always passes."""
+
+
+@dataclass
+class ToolContext:
+    """Passed to a tool whose first parameter is annotated ``ToolContext``.
+
+    ``check_fence()`` must be called by a tool right before it makes a side effect visible
+    (the rename of a written file): under the distributed lock it raises ``FenceError`` once
+    this call no longer holds the exclusive lease. ``cancelled`` is set when the call's time is
+    up or the call was cancelled; long-running tools should poll it.
+    """
+
+    workspace: Workspace
+    settings: Settings = field(default_factory=Settings)
+    call_id: str = ""
+    tool_name: str = ""
+    deadline: float = float("inf")
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    fence: Callable[[], None] = _no_fence
+
+    def check_fence(self) -> None:
+        """Raise ``FenceError`` if this call's writes must no longer land."""
+        self.fence()
+
+    def remaining(self) -> float:
+        """Seconds left before the call's deadline (``inf`` without one)."""
+        return self.deadline - time.monotonic()

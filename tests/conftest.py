@@ -1,0 +1,42 @@
+"""Fixtures shared by the whole suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor import CallEnvironment, Settings, Tool, ToolCall, ToolRegistry, ToolResult, run_call
+from executor.workspace import Workspace
+
+RunTool = Callable[..., ToolResult]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    """An empty workspace folder of its own for each test."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    return Workspace(root)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    """Default settings; tests that need others build their own with ``with_changes``."""
+    return Settings()
+
+
+@pytest.fixture
+def run_tool(workspace: Workspace, settings: Settings) -> RunTool:
+    """Run one tool through the real runner (validation, time limit, truncation).
+
+    ``run_tool(read_file, path="a.txt")``; pass ``_settings=`` to override settings.
+    """
+
+    def run(tool: Tool, _settings: Settings | None = None, **arguments: Any) -> ToolResult:
+        env = CallEnvironment(workspace=workspace, settings=_settings or settings)
+        return run_call(ToolCall(name=tool.name, arguments=arguments), ToolRegistry([tool]), env)
+
+    return run

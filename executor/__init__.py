@@ -41,6 +41,7 @@ __all__ = [
     "TruncationPolicy",
     "UnknownToolError",
     "Workspace",
+    "WorkspaceError",
     "load_registry",
     "run_call",
     "tool",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, overload
 
 from executor.contract import Tool, tool
 from executor.errors import ConfigurationError, DuplicateToolError, UnknownToolError
@@ -28,7 +28,15 @@ class ToolRegistry:
                 raise TypeError(f"register() takes Tool objects, got {item!r}")
             self._tools[item.name] = item
 
-    def tool(self, function: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    @overload
+    def tool(self, function: Callable[..., Any], /) -> Tool: ...
+
+    @overload
+    def tool(self, /, **options: Any) -> Callable[[Callable[..., Any]], Tool]: ...
+
+    def tool(
+        self, function: Callable[..., Any] | None = None, /, **options: Any
+    ) -> Tool | Callable[[Callable[..., Any]], Tool]:
         """Decorator: like ``executor.tool``, and registers the result here."""
 
         def build(func: Callable[..., Any]) -> Tool:
@@ -82,7 +90,9 @@ def load_registry(spec: str) -> ToolRegistry:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(f"Cannot import {module_name!r} for registry {spec!r}: {exc}")
+        raise ConfigurationError(
+            f"Cannot import {module_name!r} for registry {spec!r}: {exc}"
+        ) from exc
     try:
         value: Any = getattr(module, attribute)
     except AttributeError:

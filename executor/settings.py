@@ -34,9 +34,7 @@ class TruncationPolicy:
         if self.global_cap < 1:
             raise ConfigurationError(f"global_cap must be at least 1, got {self.global_cap}")
         if not 0.0 <= self.head_ratio <= 1.0:
-            raise ConfigurationError(
-                f"head_ratio must be between 0 and 1, got {self.head_ratio}"
-            )
+            raise ConfigurationError(f"head_ratio must be between 0 and 1, got {self.head_ratio}")
 
     def limit_for(self, tool_max_chars: int | None) -> int:
         """The character limit for a tool: its own or the default, never above the cap."""
@@ -76,13 +74,11 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         types = {f.name: f.type for f in fields(cls)}
-        for name in types:
-            if name == "truncation":
-                continue
+        for name, kind in types.items():
             raw = env.get(ENV_PREFIX + name.upper())
-            if raw is None:
+            if name == "truncation" or raw is None:
                 continue
-            values[name] = _parse(name, raw, str(types[name]))
+            values[name] = _parse(name, raw, str(kind))
         trunc: dict[str, Any] = {}
         for env_name, field_name, kind in (
             ("MAX_RESULT_CHARS", "default_max_chars", "int"),
@@ -108,6 +104,6 @@ def _parse(name: str, raw: str, kind: str) -> Any:
             return float(raw)
     except ValueError:
         raise ConfigurationError(
-            f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.split()[0]}"
+            f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.split(maxsplit=1)[0]}"
         ) from None
     return raw

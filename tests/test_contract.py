@@ -1,0 +1,151 @@
+"""The @tool decorator: schema, validation, context injection, explicit schemas."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import pytest
+from pydantic import Field
+
+from executor import InvalidArgumentsError, Tool, ToolContext, ToolDefinitionError, tool
+from executor.contract import parse_docstring
+from executor.workspace import Workspace
+
+
+@tool(concurrency_safe=True, read_only=True, max_result_chars=500, timeout=5)
+def sample(
+    ctx: ToolContext,
+    path: str,
+    mode: Literal["a", "b"] = "a",
+    count: Annotated[int, Field(ge=1, description="How many.")] = 3,
+) -> str:
+    """Do a sample thing.
+
+    A second paragraph.
+
+    Args:
+        path: Where to look,
+            relative to the workspace.
+        mode: Which mode.
+        count: Ignored: Annotated wins.
+    """
+    return f"{ctx.workspace.root.name}:{path}:{mode}:{count}"
+
+
+def test_flags_and_limits_are_kept() -> None:
+    assert isinstance(sample, Tool)
+    assert (sample.name, sample.is_concurrency_safe, sample.is_read_only) == ("sample", True, True)
+    assert (sample.max_result_chars, sample.timeout, sample.takes_context) == (500, 5, True)
+
+
+def test_defaults_are_exclusive_and_not_read_only() -> None:
+    @tool
+    def plain(x: int) -> int:
+        """Plain."""
+        return x
+
+    assert not plain.is_concurrency_safe
+    assert not plain.is_read_only
+    assert plain.max_result_chars is None
+
+
+def test_schema_comes_from_the_signature_and_docstring() -> None:
+    assert sample.description == "Do a sample thing.\n\nA second paragraph."
+    assert sample.parameters == {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["path"],
+        "properties": {
+            "path": {"type": "string", "description": "Where to look, relative to the workspace."},
+            "mode": {"type": "string", "enum": ["a", "b"], "default": "a",
+                     "description": "Which mode."},
+            "count": {"type": "integer", "minimum": 1, "default": 3, "description": "How many."},
+        },
+    }  # fmt: skip
+
+
+def test_validation_converts_and_fills_defaults() -> None:
+    assert sample.validate({"path": "x", "count": "7"}) == {"path": "x", "mode": "a", "count": 7}
+
+
+def test_validation_lists_every_problem() -> None:
+    with pytest.raises(InvalidArgumentsError) as info:
+        sample.validate({"mode": "c", "count": 0, "extra": 1})
+    problems = "\n".join(info.value.problems)
+    assert "path: Field required" in problems
+    assert "mode: Input should be 'a' or 'b'" in problems
+    assert "count: Input should be greater than or equal to 1" in problems
+    assert "extra: unexpected argument" in problems
+
+
+def test_context_is_injected_and_not_in_the_schema(tmp_path: Any) -> None:
+    ctx = ToolContext(workspace=Workspace(tmp_path))
+    assert "ctx" not in sample.parameters["properties"]
+    assert sample.invoke(ctx, sample.validate({"path": "p"})) == f"{tmp_path.name}:p:a:3"
+
+
+def test_explicit_schema_is_used_and_enforced() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"q": {"type": "string", "minLength": 1}, "n": {"type": "integer",
+                                                                     "default": 2}},
+        "required": ["q"],
+    }  # fmt: skip
+
+    @tool(parameters=schema, description="Search.")
+    def search(**arguments: Any) -> str:
+        return repr(sorted(arguments.items()))
+
+    assert search.parameters["additionalProperties"] is False
+    assert search.validate({"q": "x"}) == {"q": "x", "n": 2}
+    with pytest.raises(InvalidArgumentsError) as info:
+        search.validate({"q": "", "n": "2", "z": 1})
+    assert info.value.problems == [
+        "q: must have at least 1 characters",
+        "n: expected integer, got str",
+        "z: unexpected argument (allowed: q, n)",
+    ]
+
+
+def test_explicit_schema_with_unsupported_keyword_is_refused() -> None:
+    with pytest.raises(ToolDefinitionError, match=r"unsupported JSON Schema keyword.*oneOf"):
+        tool(parameters={"type": "object", "oneOf": []}, description="x")(lambda: None)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "x" * 65, "dots.no"])
+def test_bad_names_are_refused(name: str) -> None:
+    with pytest.raises(ToolDefinitionError, match="must be 1-64 characters"):
+        tool(name=name, description="d")(lambda: None)
+
+
+def test_missing_description_is_refused() -> None:
+    def undocumented() -> None:
+        pass
+
+    with pytest.raises(ToolDefinitionError, match="needs a description"):
+        tool(undocumented)
+
+
+def test_var_keyword_parameters_need_an_explicit_schema() -> None:
+    def loose(**kwargs: Any) -> None:
+        """Loose."""
+
+    with pytest.raises(ToolDefinitionError, match="plain named parameter"):
+        tool(loose)
+
+
+def test_docstring_parser_handles_types_and_continuations() -> None:
+    summary, params = parse_docstring(
+        """Summary.
+
+        Args:
+            a (int): First
+                continued.
+            b: Second.
+
+        Returns:
+            Something.
+        """
+    )
+    assert summary == "Summary."
+    assert params == {"a": "First continued.", "b": "Second."}

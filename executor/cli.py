@@ -132,3 +132,7 @@ def _or_fail(build: Callable[[], T]) -> T:
         return build()
     except ToolpoolError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+if __name__ == "__main__":
+    main()

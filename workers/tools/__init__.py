@@ -1,0 +1,42 @@
+"""The nine built-in tools of seed 000, and the registry that holds them."""
+
+from __future__ import annotations
+
+from executor.registry import ToolRegistry
+from workers.tools.calculator import calculator
+from workers.tools.files import edit_file, list_directory, read_file, write_file
+from workers.tools.search import glob, grep
+from workers.tools.shell import bash
+from workers.tools.weather import get_weather
+
+BUILTIN_TOOLS = (
+    get_weather,
+    calculator,
+    read_file,
+    write_file,
+    list_directory,
+    edit_file,
+    glob,
+    grep,
+    bash,
+)
+
+
+def builtin_registry() -> ToolRegistry:
+    """A new registry with the nine built-in tools, in seed 000's order."""
+    return ToolRegistry(BUILTIN_TOOLS)
+
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "bash",
+    "builtin_registry",
+    "calculator",
+    "edit_file",
+    "get_weather",
+    "glob",
+    "grep",
+    "list_directory",
+    "read_file",
+    "write_file",
+]

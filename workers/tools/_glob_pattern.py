@@ -1,0 +1,205 @@
+"""Glob patterns as fast-glob reads them, matched one path segment at a time.
+
+A pattern is brace-expanded into alternatives; each alternative becomes a tuple of segments,
+a regex one file or folder name must match in full, or None for ``**`` (any number of
+folders). A walk carries a set of states, (alternative, segment index) pairs, from folder to
+folder, so that it can prune every folder no alternative can match below (``src/*.py`` never
+enters ``docs/``) instead of listing the whole tree and filtering.
+
+As with fast-glob's ``dot: false``, ``*``, ``?``, ``[...]`` and ``**`` never match a name that
+starts with "."; a segment that spells out its leading dot (``.github``) does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from executor.errors import ToolError
+
+MAX_ALTERNATIVES = 1000
+
+_Segments = tuple["re.Pattern[str] | None", ...]
+GlobStates = frozenset[tuple[int, int]]
+_ANY_NAME = re.compile(r"(?!\.).+", re.DOTALL)
+
+
+class GlobMatcher:
+    """A compiled glob pattern; raises ``ToolError`` with a model-facing message if invalid."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._alternatives = _compile(pattern)
+        self.start = self._close(frozenset((a, 0) for a in range(len(self._alternatives))))
+
+    def enter_directory(self, states: GlobStates, name: str) -> GlobStates | None:
+        """The states inside folder ``name``, or None if nothing below it can match."""
+        after = self._advance(states, name)
+        remaining = any(i < len(self._alternatives[a]) for a, i in after)
+        return after if remaining else None
+
+    def matches_file(self, states: GlobStates, name: str) -> bool:
+        """Whether file ``name``, in the folder whose states are given, matches."""
+        return any(i == len(self._alternatives[a]) for a, i in self._advance(states, name))
+
+    def _advance(self, states: GlobStates, name: str) -> GlobStates:
+        after: set[tuple[int, int]] = set()
+        for a, i in states:
+            segments = self._alternatives[a]
+            if i == len(segments):
+                continue
+            segment = segments[i]
+            if segment is None:
+                if not name.startswith("."):  # ** does not enter hidden folders
+                    after.add((a, i))
+            elif segment.fullmatch(name):
+                after.add((a, i + 1))
+        return self._close(frozenset(after))
+
+    def _close(self, states: GlobStates) -> GlobStates:
+        # "**" may match zero folders, so a state before it is also a state after it.
+        alternatives = self._alternatives
+        extra = {
+            (a, i + 1) for a, i in states if i < len(alternatives[a]) and alternatives[a][i] is None
+        }
+        return states | extra
+
+
+def _compile(pattern: str) -> list[_Segments]:
+    if not pattern.strip():
+        raise ToolError('Empty glob pattern. Give a pattern such as "**/*.py".')
+    if "\x00" in pattern:
+        raise ToolError("The glob pattern contains a NUL character; remove it.")
+    if pattern.startswith(("/", "~")) or re.match(r"^[A-Za-z]:[\\/]", pattern):
+        raise ToolError(
+            f'Absolute glob pattern refused: "{pattern}". Give a pattern relative to path, '
+            'e.g. pattern="**/*.py" with path="src".'
+        )
+    compiled: list[_Segments] = []
+    for alternative in dict.fromkeys(_expand_braces(pattern)):
+        parts = [part for part in alternative.split("/") if part not in ("", ".")]
+        if ".." in parts:
+            raise ToolError(
+                f'Glob pattern "{pattern}" contains "..". Patterns cannot leave path; '
+                "pass the directory to search as path instead."
+            )
+        segments: list[re.Pattern[str] | None] = []
+        for part in parts:
+            if part == "**":
+                if not segments or segments[-1] is not None:
+                    segments.append(None)
+            else:
+                segments.append(_segment_regex(pattern, part))
+        if segments and segments[-1] is None:
+            segments.append(_ANY_NAME)  # a trailing ** matches the files below, not the folder
+        if segments:
+            compiled.append(tuple(segments))
+    if not compiled:
+        raise ToolError(f'Glob pattern "{pattern}" names no files. Try "**/*" or "*.py".')
+    return compiled
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    """``a{b,c}d`` -> ``abd``, ``acd``, nested braces included; a brace with no comma stays."""
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        if pattern[i] == "{":
+            close, commas = _matching_brace(pattern, i)
+            if close > 0 and commas:
+                bounds = [i, *commas, close]
+                results: list[str] = []
+                for left, right in itertools.pairwise(bounds):
+                    option = pattern[left + 1 : right]
+                    results += _expand_braces(pattern[:i] + option + pattern[close + 1 :])
+                    if len(results) > MAX_ALTERNATIVES:
+                        raise ToolError(
+                            f"The glob pattern's braces expand to more than {MAX_ALTERNATIVES} "
+                            "alternatives; use fewer braces or a broader pattern."
+                        )
+                return results
+        i += 1
+    return [pattern]
+
+
+def _matching_brace(pattern: str, opening: int) -> tuple[int, list[int]]:
+    """The index of the ``}`` closing ``opening`` (-1 if none) and its top-level commas."""
+    depth, i = 0, opening
+    commas: list[int] = []
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            i += 1
+        elif char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return i, commas
+        elif char == "," and depth == 1:
+            commas.append(i)
+        i += 1
+    return -1, []
+
+
+def _segment_regex(pattern: str, segment: str) -> re.Pattern[str]:
+    """The regex one path segment must fully match; hidden names only if spelled out."""
+    out: list[str] = []
+    i = 0
+    while i < len(segment):
+        char = segment[i]
+        if char == "\\" and i + 1 < len(segment):
+            out.append(re.escape(segment[i + 1]))
+            i += 2
+        elif char == "*":
+            out.append(".*")
+            while i < len(segment) and segment[i] == "*":
+                i += 1
+        elif char == "?":
+            out.append(".")
+            i += 1
+        elif char == "[" and (end := _class_end(segment, i)) > 0:
+            out.append(_class_regex(segment[i + 1 : end]))
+            i = end + 1
+        else:
+            out.append(re.escape(char))
+            i += 1
+    explicit_dot = segment.startswith((".", "\\."))
+    try:
+        return re.compile(("" if explicit_dot else r"(?!\.)") + "".join(out), re.DOTALL)
+    except re.error as exc:
+        raise ToolError(
+            f'Invalid glob pattern "{pattern}": {exc}. Check its [...] character ranges.'
+        ) from None
+
+
+def _class_end(segment: str, opening: int) -> int:
+    i = opening + 1
+    if i < len(segment) and segment[i] in "!^":
+        i += 1
+    if i < len(segment) and segment[i] == "]":
+        i += 1  # a "]" right after "[" is a literal member
+    while i < len(segment):
+        if segment[i] == "\\":
+            i += 1
+        elif segment[i] == "]":
+            return i
+        i += 1
+    return -1  # an unclosed "[" is a literal character, as in fast-glob
+
+
+def _class_regex(members: str) -> str:
+    negated = members[:1] in ("!", "^")
+    body: list[str] = []
+    i = int(negated)
+    while i < len(members):
+        char = members[i]
+        if char == "\\" and i + 1 < len(members):
+            body.append(re.escape(members[i + 1]))
+            i += 2
+            continue
+        body.append("-" if char == "-" else re.escape(char))
+        i += 1
+    return ("[^" if negated else "[") + "".join(body) + "]"

@@ -1,0 +1,342 @@
+"""The bash tool: a shell command in the workspace, with a time limit and capped output.
+
+The command runs as ``bash -c COMMAND`` in its own session, so it and everything it starts
+share one process group. That group is the unit of cleanup: on a timeout, a cancel, a lost
+lock, and also after a normal exit (background children), the whole group is sent SIGTERM
+and, after a short grace, SIGKILL. Nothing the command started in its group outlives the
+call. A process that leaves the group on purpose (``setsid``) escapes; only a cgroup could
+catch it, and the pipes it may hold open are abandoned after a short wait, not waited for.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Annotated
+
+from pydantic import Field
+
+from executor.context import ToolContext
+from executor.contract import tool
+from executor.errors import FenceError, ToolError
+
+# Seconds a process group gets between SIGTERM and SIGKILL.
+_KILL_GRACE = 1.0
+# Seconds to wait for a SIGKILLed group to vanish, and then for the pipes to reach EOF.
+_REAP_WAIT = 1.0
+_DRAIN_WAIT = 1.0
+# How often the loop wakes to check the deadline, the cancel flag and the fence.
+_POLL = 0.05
+_FENCE_INTERVAL = 0.5
+# When the runner's deadline is nearer than the wanted time limit, stop this much earlier so
+# the kill and the report (with partial output) happen before the runner gives up on us.
+_REPORT_MARGIN = 4.0
+_MIN_LIMIT = 0.5
+_READ_CHUNK = 65536
+
+
+# bash enforces its own limit (the call's ``timeout`` or the settings' default); the runner's
+# limit is only a safety net above any limit the settings allow by default.
+_SAFETY_LIMIT = 600.0
+
+
+@tool(timeout_argument="timeout", timeout=_SAFETY_LIMIT)
+def bash(
+    ctx: ToolContext,
+    command: Annotated[
+        str, Field(min_length=1, description="The command line, run as `bash -c COMMAND`.")
+    ],
+    timeout: Annotated[
+        float | None,
+        Field(
+            gt=0,
+            description="Time limit in seconds (default 10, at most 600). The command and "
+            "every process it started are killed when it is reached.",
+        ),
+    ] = None,
+) -> str:
+    """Run a shell command with bash in the workspace root and return its exit code and output.
+
+    stdin is closed; stdout and stderr are reported separately, each cut to its first and last
+    halves when over the limit (1 MiB by default). A non-zero exit code is reported, not
+    treated as a failure.
+    Background processes still running when the command ends are killed, so start nothing
+    meant to outlive the call.
+    """
+    limit = _time_limit(ctx, timeout)
+    executable = shutil.which("bash")
+    if executable is None:
+        raise ToolError(
+            "bash is not available on this worker (no 'bash' on its PATH), so shell commands "
+            "cannot run here. Use the file tools (read_file, list_directory, glob, grep) instead."
+        )
+    run = _ShellRun.start(
+        executable, command, ctx.workspace.root, ctx.settings.bash_max_output_bytes
+    )
+    try:
+        return run.finish(ctx, limit)
+    finally:
+        run.close()
+
+
+def _time_limit(ctx: ToolContext, requested: float | None) -> float:
+    maximum = ctx.settings.bash_max_timeout
+    if requested is not None and requested > maximum:
+        raise ToolError(
+            f"timeout {requested:g} s is above the maximum of {maximum:g} s. Ask for at most "
+            f"{maximum:g} s, or split the work into shorter commands."
+        )
+    limit = requested if requested is not None else ctx.settings.bash_default_timeout
+    remaining = ctx.remaining()
+    if remaining - _REPORT_MARGIN < limit:
+        limit = max(remaining - _REPORT_MARGIN, _MIN_LIMIT)
+    return limit
+
+
+class _CappedStream:
+    """One output stream's bytes: the first half of the cap and a rolling last half."""
+
+    def __init__(self, name: str, cap: int) -> None:
+        self.name = name
+        self.cap = cap
+        self.head = bytearray()
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_size = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail.append(data)
+        self.tail_size += len(data)
+        # Whole chunks leave from the left (cheap); the partial excess is cut in text().
+        while self.tail and self.tail_size - len(self.tail[0]) >= self.tail_cap:
+            self.tail_size -= len(self.tail.popleft())
+
+    def text(self) -> str:
+        """The kept bytes decoded, with a line saying how many were dropped in the middle."""
+        tail = b"".join(self.tail)
+        if len(tail) > self.tail_cap:
+            tail = tail[len(tail) - self.tail_cap :]
+        dropped = self.total - len(self.head) - len(tail)
+        if dropped == 0:
+            return (bytes(self.head) + tail).decode(errors="replace")
+        return (
+            self.head.decode(errors="replace")
+            + f"\n... [{dropped} bytes of {self.name} omitted: the limit is {self.cap} bytes "
+            "per stream, its first and last halves kept] ...\n" + tail.decode(errors="replace")
+        )
+
+
+@dataclass
+class _ShellRun:
+    """A started ``bash -c`` and the pipes it writes to."""
+
+    process: subprocess.Popen[bytes]
+    streams: dict[int, _CappedStream]
+    selector: selectors.BaseSelector
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, executable: str, command: str, cwd: Path, cap: int) -> _ShellRun:
+        try:
+            process = subprocess.Popen(
+                [executable, "-c", command],
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise ToolError(f"Could not start bash: {exc}. Try again later.") from None
+        selector = selectors.DefaultSelector()
+        streams: dict[int, _CappedStream] = {}
+        pipes: tuple[tuple[str, IO[bytes] | None], ...] = (
+            ("stdout", process.stdout),
+            ("stderr", process.stderr),
+        )
+        for name, pipe in pipes:
+            assert pipe is not None  # PIPE was asked for
+            streams[pipe.fileno()] = _CappedStream(name, cap)
+            selector.register(pipe.fileno(), selectors.EVENT_READ)
+        return cls(process, streams, selector)
+
+    def finish(self, ctx: ToolContext, limit: float) -> str:
+        """Wait for the command and render the report; raises ``ToolError`` on a timeout."""
+        started = time.monotonic()
+        deadline = started + limit
+        next_fence = started + _FENCE_INTERVAL
+        while self.process.poll() is None:
+            now = time.monotonic()
+            if now >= deadline:
+                self._stop_group()
+                raise ToolError(
+                    self._report(
+                        f"Command timed out after {limit:g} s; it and every process it started "
+                        "were killed. Output so far:"
+                    )
+                    + f"\nGive a larger timeout (at most {ctx.settings.bash_max_timeout:g} s) "
+                    "or split the work into shorter commands."
+                )
+            if ctx.cancelled.is_set():
+                self._stop_group()
+                raise ToolError(self._report("Command cancelled and killed. Output so far:"))
+            if now >= next_fence:
+                next_fence = now + _FENCE_INTERVAL
+                try:
+                    ctx.check_fence()
+                except FenceError as exc:
+                    # bash cannot be fenced: the only safe answer to a lost lock is to stop it.
+                    self._stop_group()
+                    raise FenceError(
+                        f"{exc} The command and every process it started were killed; its "
+                        "effects may be incomplete. " + self._report("Output so far:")
+                    ) from None
+            self._pump(min(_POLL, deadline - now), ctx)
+        if self._stop_group():
+            self.notes.append(
+                "note: background processes still running after the command finished were "
+                "killed; nothing started by a command outlives it."
+            )
+        return self._report(_exit_line(self.process.returncode))
+
+    def close(self) -> None:
+        """Make sure nothing is left: the group signalled, the pipes and selector closed."""
+        if self.process.poll() is None:
+            self._stop_group()
+        for key in list(self.selector.get_map().values()):
+            self.selector.unregister(key.fd)
+        self.selector.close()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def _pump(self, wait: float, ctx: ToolContext | None = None) -> None:
+        """Read whatever the pipes have, waiting at most ``wait`` seconds for something."""
+        if not self.selector.get_map():
+            # Both pipes are closed: nothing to select on, but still wake up for a cancel.
+            if ctx is not None:
+                ctx.cancelled.wait(max(wait, 0.0))
+            else:
+                time.sleep(max(wait, 0.0))
+            return
+        for key, _ in self.selector.select(max(wait, 0.0)):
+            data = os.read(key.fd, _READ_CHUNK)
+            if data:
+                self.streams[key.fd].feed(data)
+            else:
+                self.selector.unregister(key.fd)
+
+    def _stop_group(self) -> bool:
+        """End every live process of the group, TERM then KILL; True if there was one."""
+        pgid = self.process.pid
+        if not _group_alive(pgid):
+            self._drain()
+            return False
+        _signal_group(pgid, signal.SIGTERM)
+        if not self._wait_group_gone(_KILL_GRACE):
+            _signal_group(pgid, signal.SIGKILL)
+            self._wait_group_gone(_REAP_WAIT)
+        self._drain()
+        return True
+
+    def _wait_group_gone(self, seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while True:
+            self.process.poll()  # reap the shell so it does not count as a member
+            if not _group_alive(self.process.pid):
+                return True
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._pump(min(_POLL, remaining))
+
+    def _drain(self) -> None:
+        """Read the pipes to EOF, but never wait long for a writer outside the group."""
+        self.process.poll()
+        end = time.monotonic() + _DRAIN_WAIT
+        while self.selector.get_map():
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                self.notes.append(
+                    "note: the output pipes were still held open by a process that left the "
+                    "command's process group; output may be incomplete."
+                )
+                return
+            self._pump(remaining)
+
+    def _report(self, first_line: str) -> str:
+        parts = [first_line]
+        texts = [(s.name, _strip_newline(s.text())) for s in self.streams.values()]
+        for name, text in texts:
+            if text:
+                parts.append(f"{name}:\n{text}")
+        if not any(text for _, text in texts):
+            parts.append("(no output)")
+        parts.extend(self.notes)
+        return "\n".join(parts)
+
+
+def _exit_line(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exit code: {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = str(-returncode)
+    return f"killed by signal {name}"
+
+
+def _strip_newline(text: str) -> str:
+    return text[:-1] if text.endswith("\n") else text
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group is alive; zombies do not count.
+
+    A plain ``killpg(pgid, 0)`` also succeeds for zombies, and orphaned zombies can stay in
+    the group for good where PID 1 does not reap (some containers), so on Linux /proc is
+    read to tell them apart.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name, which may itself hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False

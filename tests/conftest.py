@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from executor import CallEnvironment, Settings, Tool, ToolCall, ToolRegistry, ToolResult, run_call
+from executor.embedded_redis import RedisServer
 from executor.workspace import Workspace
 
 RunTool = Callable[..., ToolResult]
@@ -40,3 +41,24 @@ def run_tool(workspace: Workspace, settings: Settings) -> RunTool:
         return run_call(ToolCall(name=tool.name, arguments=arguments), ToolRegistry([tool]), env)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A private redis-server for the session: unix socket plus a free TCP port, never 6379.
+
+    Tests that stop, pause or restart a server start their own ``RedisServer`` instead.
+    """
+    with RedisServer(tcp=True) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session server's URL, emptied first (FLUSHALL of our own server, nothing else)."""
+    client = redis_server.client()
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return redis_server.url

@@ -1,0 +1,30 @@
+-- check_fence: is this token, with this fence, still the exclusive holder with a live lease?
+-- A fenced commit calls it right before it makes a write visible.
+--
+-- KEYS[1..9] and ARGV[1..3]: see _prelude.lua. Reads holders and holder_info; writes only
+--   what pruning changes.
+-- ARGV[4] token
+-- ARGV[5] fence   the fencing token the grant returned
+--
+-- Returns:
+--   1 VALID    the token holds the lock exclusively, with this fence, and its lease is unexpired
+--   0 INVALID  anything else
+
+local token, fence = ARGV[4], tonumber(ARGV[5])
+local now = server_time()
+local changed = prune(now)
+local result = 0
+
+-- After prune, a token still in holders has an unexpired lease.
+local raw = redis.call('HGET', K_HOLDER_INFO, token)
+if raw and redis.call('ZSCORE', K_HOLDERS, token) then
+  local info = cjson.decode(raw)
+  if info.mode == 'exclusive' and info.fence == fence then
+    result = 1
+  end
+end
+
+if changed then
+  signal()
+end
+return result

@@ -18,6 +18,19 @@ Layout (prefix ``toolpool``, lock scope ``global``)::
     {toolpool:lock:global}:wake:<token>  LIST  one waiter's wake-up signal
     {toolpool:lock:global}:lost:<token>  STRING marks a lost lease already counted
 
+Calls and turns (prefix ``toolpool``)::
+
+    toolpool:call:<call_id>              STRING turn id that claimed this call id (NX: ids unique)
+    toolpool:result:<call_id>            STRING the call's ToolResult as JSON (first writer wins)
+    toolpool:output:<call_id>            STRING the full output of a truncated result
+    toolpool:running:<call_id>           STRING worker name; expires unless the worker renews it
+    toolpool:turn:<turn_id>              STRING the turn's plan as JSON (call ids, batches, jobs)
+    toolpool:turn:<turn_id>:done         LIST   call ids, pushed as their results are stored
+    toolpool:turn:<turn_id>:cancel       STRING present once the turn is cancelled
+    toolpool:worker:<name>:current       STRING the call a worker runs now (JSON), for its pool
+    toolpool:events                      STREAM structured events, capped
+    RQ queue ``toolpool.<queue>``        RQ's own keys (``rq:queue:toolpool.default``, ...)
+
 All keys of one lock scope share the hash tag ``{<prefix>:lock:<scope>}``, so the scope's
 scripts touch one cluster slot (the per-token wake and lost keys are built inside the scripts
 from ``wake_prefix`` and ``lost_prefix`` and carry the same tag).
@@ -29,6 +42,7 @@ from dataclasses import dataclass
 
 DEFAULT_PREFIX = "toolpool"
 DEFAULT_SCOPE = "global"
+DEFAULT_QUEUE = "default"
 
 # Braces would move a key out of its hash tag; whitespace and ':' would make names ambiguous.
 _FORBIDDEN = frozenset("{}: \t\r\n")
@@ -127,3 +141,45 @@ class Keys:
         """The keys of the reader/writer lock of ``scope``."""
         _check_part("lock scope", scope)
         return LockKeys(scope=scope, tag=f"{{{self.prefix}:lock:{scope}}}")
+
+    def queue_name(self, queue: str = DEFAULT_QUEUE) -> str:
+        """The RQ queue name for ``queue`` under this prefix (RQ builds its own keys from it)."""
+        _check_part("queue name", queue)
+        return f"{self.prefix}.{queue}"
+
+    def call_claim(self, call_id: str) -> str:
+        """Which turn owns ``call_id``; set once, so two turns cannot share an id."""
+        return f"{self.prefix}:call:{call_id}"
+
+    def result(self, call_id: str) -> str:
+        """The stored ``ToolResult`` of a call."""
+        return f"{self.prefix}:result:{call_id}"
+
+    def full_output(self, call_id: str) -> str:
+        """The full output of a call whose result was truncated."""
+        return f"{self.prefix}:output:{call_id}"
+
+    def running(self, call_id: str) -> str:
+        """Liveness of a running call: present while its worker is alive."""
+        return f"{self.prefix}:running:{call_id}"
+
+    def turn(self, turn_id: str) -> str:
+        """A submitted turn's plan."""
+        return f"{self.prefix}:turn:{turn_id}"
+
+    def turn_done(self, turn_id: str) -> str:
+        """Wake-up list: call ids pushed as their results are stored."""
+        return f"{self.prefix}:turn:{turn_id}:done"
+
+    def turn_cancel(self, turn_id: str) -> str:
+        """Present once the turn is cancelled."""
+        return f"{self.prefix}:turn:{turn_id}:cancel"
+
+    def worker_current(self, worker_name: str) -> str:
+        """The call a worker process is running, so its pool can answer it if it dies."""
+        return f"{self.prefix}:worker:{worker_name}:current"
+
+    @property
+    def events(self) -> str:
+        """The capped stream of structured events."""
+        return f"{self.prefix}:events"

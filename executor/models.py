@@ -28,6 +28,7 @@ class ErrorType(str, Enum):
     CANCELLED = "cancelled"
     REJECTED = "rejected"
     LOCK_LOST = "lock_lost"
+    LOCK_UNAVAILABLE = "lock_unavailable"
     WORKER_LOST = "worker_lost"
 
 
@@ -79,3 +80,28 @@ class ToolResult(BaseModel):
     def is_error(self) -> bool:
         """True when the call failed; ``content`` then explains why to the model."""
         return self.status is ToolStatus.ERROR
+
+
+def parse_call(item: ToolCall | dict[str, Any]) -> ToolCall:
+    """A ``ToolCall`` from the forms LLM APIs return.
+
+    Accepted: a ``ToolCall``; ``{"id", "name", "arguments"}``; an OpenAI tool call
+    ``{"id", "type": "function", "function": {"name", "arguments": "<json>"}}``; an Anthropic
+    ``tool_use`` block ``{"type": "tool_use", "id", "name", "input": {...}}``.
+    """
+    if isinstance(item, ToolCall):
+        return item
+    if not isinstance(item, dict):
+        raise ValueError(f"A tool call must be a ToolCall or a dict, got {type(item).__name__}")
+    if isinstance(item.get("function"), dict):
+        function = item["function"]
+        data = {"name": function.get("name"), "arguments": function.get("arguments", {})}
+        if "id" in item:
+            data["id"] = item["id"]
+        return ToolCall.model_validate(data)
+    if item.get("type") == "tool_use" or "input" in item:
+        data = {"name": item.get("name"), "arguments": item.get("input", {})}
+        if "id" in item:
+            data["id"] = item["id"]
+        return ToolCall.model_validate(data)
+    return ToolCall.model_validate(item)

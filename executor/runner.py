@@ -11,8 +11,9 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -22,6 +23,7 @@ from executor.errors import (
     FenceError,
     InvalidArgumentsError,
     ToolError,
+    ToolpoolError,
     UnknownToolError,
 )
 from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus
@@ -36,15 +38,36 @@ CLEANUP_GRACE = 5.0
 KeepFullOutput = Callable[[ToolCall, str], "str | None"]
 
 
+class Held(Protocol):
+    """What a guard holds while a tool runs (the worker's guard holds a lock lease)."""
+
+    def check_fence(self) -> None:
+        """Raise ``FenceError`` once the call's side effects must no longer land."""
+
+    @property
+    def lost(self) -> bool:
+        """True once the guard no longer protects the call."""
+
+
+Guard = Callable[[Tool, ToolCall], AbstractContextManager[Held]]
+
+
 @dataclass
 class CallEnvironment:
-    """Where calls run: the workspace, the settings and, under the lock, the fence."""
+    """Where calls run: the workspace, the settings and, on a worker, the lock guard.
+
+    ``guard`` is entered after the arguments are valid and left when the tool is done: the
+    worker passes one that takes the distributed lock (shared for concurrency-safe tools,
+    exclusive for the rest). A ``ToolpoolError`` from entering it (no lock within the wait)
+    becomes a ``lock_unavailable`` result. ``cancelled`` is set from outside to stop the call.
+    """
 
     workspace: Workspace
     settings: Settings = field(default_factory=Settings)
     fence: Callable[[], None] = _no_fence
     cancelled: threading.Event | None = None
     keep_full_output: KeepFullOutput | None = None
+    guard: Guard | None = None
 
 
 def time_limit(tool: Tool, arguments: dict[str, Any]) -> float:
@@ -55,35 +78,82 @@ def time_limit(tool: Tool, arguments: dict[str, Any]) -> float:
     return tool.timeout
 
 
-def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> ToolResult:
-    """Execute ``call`` and return its result; never raises for anything the call does."""
+def check_call(
+    call: ToolCall, registry: ToolRegistry, settings: Settings | None = None
+) -> tuple[Tool, dict[str, Any]] | ToolResult:
+    """The tool and validated arguments of ``call``, or the error result that answers it.
+
+    The orchestrator runs this before enqueueing (a bad call costs no round trip) and the
+    worker again before running (its registry has the last word).
+    """
     started = time.monotonic()
+    settings = settings or Settings()
     try:
         tool = registry.get(call.name)
     except UnknownToolError as exc:
         return _finish(
-            call, None, env, started, ErrorType.UNKNOWN_TOOL,
+            call, None, settings, started, ErrorType.UNKNOWN_TOOL,
             f"{exc} Call one of the available tools instead.",
         )  # fmt: skip
     try:
-        arguments = tool.validate(call.arguments)
+        return tool, tool.validate(call.arguments)
     except InvalidArgumentsError as exc:
         listed = "\n".join(f"- {problem}" for problem in exc.problems)
         return _finish(
-            call, tool, env, started, ErrorType.INVALID_ARGUMENTS,
+            call, tool, settings, started, ErrorType.INVALID_ARGUMENTS,
             f"Invalid arguments for tool {tool.name!r}:\n{listed}\n"
             "Fix the arguments and call the tool again.",
         )  # fmt: skip
+
+
+def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> ToolResult:
+    """Execute ``call`` and return its result; never raises for anything the call does."""
+    started = time.monotonic()
+    checked = check_call(call, registry, env.settings)
+    if isinstance(checked, ToolResult):
+        return checked
+    tool, arguments = checked
+    if env.guard is None:
+        return _execute(call, tool, arguments, env, started, env.fence)
+    try:
+        with env.guard(tool, call) as held:
+            result = _execute(call, tool, arguments, env, started, held.check_fence)
+            if held.lost and not result.is_error:
+                # Under a lost lease another call may have changed what this one saw.
+                return _finish(
+                    call, tool, env.settings, started, ErrorType.LOCK_LOST,
+                    f"The lock was lost while {tool.name!r} ran, so its result may be "
+                    "inconsistent with concurrent changes. Call it again.",
+                )  # fmt: skip
+            return result
+    except ToolpoolError as exc:
+        return _finish(
+            call, tool, env.settings, started, ErrorType.LOCK_UNAVAILABLE,
+            f"{tool.name!r} did not run: {exc} Try again later.",
+        )  # fmt: skip
+
+
+def _execute(
+    call: ToolCall,
+    tool: Tool,
+    arguments: dict[str, Any],
+    env: CallEnvironment,
+    started: float,
+    fence: Callable[[], None],
+) -> ToolResult:
     limit = time_limit(tool, arguments)
     context = ToolContext(
         workspace=env.workspace,
         settings=env.settings,
         call_id=call.id,
         tool_name=tool.name,
-        deadline=started + limit,
+        deadline=time.monotonic() + limit,
         cancelled=env.cancelled or threading.Event(),
-        fence=env.fence,
+        fence=fence,
     )
+    if context.cancelled.is_set():
+        return _finish(call, tool, env.settings, started, ErrorType.CANCELLED,
+                       f"{tool.name!r} did not run: the call was cancelled.")  # fmt: skip
     outcome = _Outcome()
     thread = threading.Thread(
         target=_invoke, args=(tool, context, arguments, outcome), name=f"tool-{call.id}",
@@ -94,13 +164,15 @@ def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> To
     if thread.is_alive():
         context.cancelled.set()
         return _finish(
-            call, tool, env, started, ErrorType.TIMEOUT,
+            call, tool, env.settings, started, ErrorType.TIMEOUT,
             f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped. "
             "Try a smaller request.",
         )  # fmt: skip
     if outcome.error is not None:
-        return _finish(call, tool, env, started, *_classify(tool, outcome.error))
-    return _finish(call, tool, env, started, None, _to_text(outcome.value))
+        return _finish(call, tool, env.settings, started, *_classify(tool, outcome.error),
+                       keep=env.keep_full_output)  # fmt: skip
+    return _finish(call, tool, env.settings, started, None, _to_text(outcome.value),
+                   keep=env.keep_full_output)  # fmt: skip
 
 
 @dataclass
@@ -140,16 +212,17 @@ def _to_text(value: Any) -> str:
 def _finish(
     call: ToolCall,
     tool: Tool | None,
-    env: CallEnvironment,
+    settings: Settings,
     started: float,
     error_type: ErrorType | None,
     text: str,
+    keep: KeepFullOutput | None = None,
 ) -> ToolResult:
-    policy = env.settings.truncation
+    policy = settings.truncation
     limit = policy.limit_for(tool.max_result_chars if tool else None)
     note = None
-    if len(text) > limit and env.keep_full_output is not None:
-        note = env.keep_full_output(call, text)
+    if len(text) > limit and keep is not None:
+        note = keep(call, text)
     cut = truncate(text, limit, policy.head_ratio, note)
     return ToolResult(
         call_id=call.id,

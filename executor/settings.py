@@ -48,7 +48,18 @@ class Settings:
 
     redis_url: str | None = None
     key_prefix: str = "toolpool"
+    queue: str = "default"
+    scope: str = "global"
     workspace: Path = Path()
+    lock_lease_ms: int = 10_000
+    lock_wait_timeout: float = 300.0
+    result_ttl: int = 24 * 3600
+    full_output_ttl: int = 3600
+    full_output_max_bytes: int = 16 * 1024 * 1024
+    events_maxlen: int = 10_000
+    call_heartbeat_s: float = 1.0
+    call_liveness_s: float = 5.0
+    turn_timeout: float = 900.0
     truncation: TruncationPolicy = TruncationPolicy()
     bash_default_timeout: float = 10.0
     bash_max_timeout: float = 600.0
@@ -65,11 +76,10 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ``TOOLPOOL_*`` variables; unset ones keep their defaults.
 
-        Names: ``TOOLPOOL_REDIS_URL``, ``TOOLPOOL_KEY_PREFIX``, ``TOOLPOOL_WORKSPACE``,
-        ``TOOLPOOL_MAX_RESULT_CHARS``, ``TOOLPOOL_RESULT_CAP``, ``TOOLPOOL_HEAD_RATIO``,
-        ``TOOLPOOL_BASH_DEFAULT_TIMEOUT``, ``TOOLPOOL_BASH_MAX_TIMEOUT``,
-        ``TOOLPOOL_BASH_MAX_OUTPUT_BYTES``, ``TOOLPOOL_WEATHER_URL``,
-        ``TOOLPOOL_GEOCODING_URL``, ``TOOLPOOL_HTTP_TIMEOUT``.
+        Names: ``TOOLPOOL_`` + the field name in capitals (``TOOLPOOL_REDIS_URL``,
+        ``TOOLPOOL_KEY_PREFIX``, ``TOOLPOOL_QUEUE``, ``TOOLPOOL_SCOPE``, ``TOOLPOOL_WORKSPACE``,
+        ``TOOLPOOL_LOCK_LEASE_MS``, ...), and for truncation
+        ``TOOLPOOL_MAX_RESULT_CHARS``, ``TOOLPOOL_RESULT_CAP`` and ``TOOLPOOL_HEAD_RATIO``.
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}

@@ -20,11 +20,13 @@ from executor import (
     Tool,
     ToolCall,
     ToolContext,
+    ToolError,
     ToolRegistry,
     ToolResult,
     run_call,
 )
 from executor.workspace import Workspace
+from workers.tools._atomic import replace_file
 from workers.tools.files import (
     MAX_LINE_CHARS,
     edit_file,
@@ -356,7 +358,22 @@ def test_cancelled_write_does_not_land(workspace: Workspace) -> None:
     env = CallEnvironment(workspace=workspace, cancelled=cancelled)
     result = _run_with(write_file, env, path="data.txt", content="new")
 
-    assert "cancelled" in tool_error(result)
+    assert result.error_type is ErrorType.CANCELLED
+    assert "cancelled" in result.content
+    assert target.read_text() == "old"
+    assert _names(workspace.root) == ["data.txt"]
+
+
+def test_write_cancelled_while_running_does_not_land(workspace: Workspace) -> None:
+    # The runner's time limit can end a call while its tool still writes: the commit checks.
+    target = workspace.root / "data.txt"
+    target.write_text("old")
+    ctx = ToolContext(workspace=workspace)
+    ctx.cancelled.set()
+
+    with pytest.raises(ToolError, match="cancelled before its write was committed"):
+        replace_file(ctx, target, b"new")
+
     assert target.read_text() == "old"
     assert _names(workspace.root) == ["data.txt"]
 

@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from executor import (
     CallEnvironment,
+    ErrorType,
     Settings,
     ToolCall,
+    ToolContext,
     ToolRegistry,
     ToolResult,
     TruncationPolicy,
@@ -402,7 +404,11 @@ def test_grep_stops_walking_once_the_call_is_cancelled(workspace: Workspace) -> 
     call = ToolCall(name="grep", arguments={"pattern": "needle"})
     assert len(_lines(run_call(call, ToolRegistry([grep]), env))) == 20
     cancelled.set()
-    assert ok(run_call(call, ToolRegistry([grep]), env)) == 'No matches for "needle" in .'
+    # The runner answers a cancelled call itself; the walk also stops (for calls cancelled
+    # while they run, whose late answer the runner discards).
+    assert run_call(call, ToolRegistry([grep]), env).error_type is ErrorType.CANCELLED
+    ctx = ToolContext(workspace=workspace, cancelled=cancelled)
+    assert grep.invoke(ctx, grep.validate({"pattern": "needle"})) == 'No matches for "needle" in .'
 
 
 # ----------------------------------------------------------------------- the prefilter

@@ -1,0 +1,391 @@
+"""The orchestrator's side: submit a turn's tool calls, get one result per call, in order.
+
+A turn is checked call by call before anything is enqueued (seed 001: validation and approval
+are sequential, and a rejection stops the turn); then its calls are partitioned into batches
+(consecutive concurrency-safe calls together, every other call alone) and the whole turn is
+enqueued at once, each batch depending on every job of the batch before it. So the order
+holds even if the orchestrator goes away, and any process can ``collect`` the results.
+
+Every call gets exactly one result: the first stored wins (a worker's, or one this client
+writes when the worker died, the deadline passed or the turn was cancelled).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import redis
+from rq.job import JobStatus
+
+from executor.contract import Tool
+from executor.errors import ConfigurationError, ToolpoolError
+from executor.events import EventLog, read_events
+from executor.jobs import call_queue, end_lost_job, enqueue_call, job_status
+from executor.keys import Keys
+from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
+from executor.registry import ToolRegistry
+from executor.results import ResultStore
+from executor.runner import check_call
+from executor.settings import Settings
+from executor.turns import CallJob, TurnPlan, job_id, new_turn_id, partition
+
+log = logging.getLogger(__name__)
+
+Approve = Callable[[ToolCall, Tool], bool]
+Check = Callable[[ToolCall, Tool], "str | None"]
+
+# How often a waiting client looks for calls whose worker died.
+_LIVENESS_CHECK_S = 1.0
+
+
+class TurnError(ToolpoolError):
+    """A turn that cannot be submitted as given (e.g. two calls with one id)."""
+
+
+@dataclass
+class Turn:
+    """A submitted turn: its id and calls; pass it (or its id) to ``collect``."""
+
+    turn_id: str
+    calls: list[ToolCall]
+    plan: TurnPlan
+    stream_start: str = "-"
+
+
+@dataclass
+class _Watch:
+    """What collect() has seen of one pending call."""
+
+    missing_since: float | None = None
+
+
+@dataclass
+class Usage:
+    """Tool calls submitted by this executor, against an optional limit (seed 001)."""
+
+    limit: int | None = None
+    used: int = 0
+
+    def take(self) -> bool:
+        """Count one call; False if the limit is reached."""
+        if self.limit is not None and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+
+@dataclass
+class Executor:
+    """Runs turns of tool calls on toolpool's workers through Redis.
+
+    ``approve(call, tool)`` is asked, in order, for every call (read-only tools skip it while
+    ``auto_approve_read_only``); False stops the turn. ``check(call, tool)`` may return a
+    reason to block a call, which also stops the turn. ``max_tool_calls`` caps the calls this
+    executor submits over its life. ``jsonl`` receives each turn's events, seed 001's log.
+    """
+
+    redis_url: str | None = None
+    settings: Settings = field(default_factory=Settings.from_env)
+    registry: ToolRegistry | None = None
+    approve: Approve | None = None
+    check: Check | None = None
+    auto_approve_read_only: bool = True
+    max_tool_calls: int | None = None
+    jsonl: Path | IO[str] | None = None
+
+    def __post_init__(self) -> None:
+        url = self.redis_url or self.settings.redis_url
+        if not url:
+            raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
+        self.redis_url = url
+        self.keys = Keys(self.settings.key_prefix)
+        self.client = redis.Redis.from_url(url)
+        self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
+        self.queue = call_queue(self.client, self.keys, self.settings.queue)
+        self.usage = Usage(self.max_tool_calls)
+        if self.registry is None:
+            from workers import builtin_registry  # the tools' flags, not their code paths
+
+            self.registry = builtin_registry()
+        self._jsonl_handle: IO[str] | None = None
+        if isinstance(self.jsonl, Path):
+            self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
+        elif self.jsonl is not None:
+            self._jsonl_handle = self.jsonl
+        self.events = EventLog(self.client, self.keys, maxlen=self.settings.events_maxlen,
+                               worker="orchestrator")  # fmt: skip
+
+    def close(self) -> None:
+        """Close the Redis connection (and the JSONL file this executor opened)."""
+        self.client.close()
+        if isinstance(self.jsonl, Path) and self._jsonl_handle is not None:
+            self._jsonl_handle.close()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the whole turn ------------------------------------------------------------------
+
+    def run(
+        self, calls: Iterable[ToolCall | dict[str, Any]], *, timeout: float | None = None
+    ) -> list[ToolResult]:
+        """Submit a turn and wait for its results, in call order.
+
+        At ``timeout`` (default ``settings.turn_timeout``) the turn is cancelled and every
+        call still without a result gets a ``timeout`` result.
+        """
+        turn = self.submit(calls)
+        try:
+            return self.collect(turn, timeout=timeout)
+        finally:
+            if self._pending(turn):
+                self.cancel(turn)
+
+    def submit(self, calls: Iterable[ToolCall | dict[str, Any]]) -> Turn:
+        """Check, approve and enqueue a turn; return at once (``collect`` waits)."""
+        parsed = [parse_call(item) for item in calls]
+        _refuse_duplicate_ids(parsed)
+        turn_id = new_turn_id()
+        stream_start = self._stream_position()
+        early, runnable, tools = self._screen(turn_id, parsed)
+        plan = TurnPlan(
+            turn_id=turn_id,
+            call_ids=[c.id for c in parsed],
+            tools=[c.name for c in parsed],
+            batches=[
+                list(b.indexes)
+                for b in partition(
+                    [parsed[i] for i in runnable], lambda c: tools[c.id].is_concurrency_safe
+                )
+            ],
+        )
+        # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
+        plan.batches = [[runnable[i] for i in batch] for batch in plan.batches]
+        self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
+                        ex=self.settings.result_ttl)  # fmt: skip
+        for result in early:
+            self.results.publish(turn_id, result)
+        previous: list[str] = []
+        for batch in plan.batches:
+            current = []
+            for index in batch:
+                job = CallJob(call=parsed[index], turn_id=turn_id, index=index)
+                enqueue_call(self.queue, job, after=previous, result_ttl=self.settings.result_ttl)
+                plan.job_ids[index] = job_id(turn_id, index)
+                current.append(plan.job_ids[index])
+            previous = current
+        self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
+                        ex=self.settings.result_ttl)  # fmt: skip
+        return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
+
+    def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
+        """Wait for every result of ``turn`` (a ``Turn`` or its id); return them in order.
+
+        A call whose worker died gets a ``worker_lost`` result within about
+        ``settings.call_liveness_s``; at ``timeout`` every call still without one gets a
+        ``timeout`` result. Never waits forever.
+        """
+        plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
+        limit = self.settings.turn_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        blocking = redis.Redis.from_url(str(self.redis_url), socket_timeout=None)
+        try:
+            results = self._wait(plan, deadline, limit, blocking)
+        finally:
+            blocking.close()
+        if isinstance(turn, Turn):
+            self._log_turn_events(turn)
+        return [results[call_id] for call_id in plan.call_ids]
+
+    def cancel(self, turn: Turn | str) -> None:
+        """Stop a turn: queued calls do not run, running ones are told to stop.
+
+        Calls that have not started get a ``cancelled`` result now; running calls see the
+        flag within a heartbeat and end with their own result.
+        """
+        plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
+        self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
+        stored = self.results.get_many(plan.call_ids)
+        for index, call_id in enumerate(plan.call_ids):
+            if call_id in stored:
+                continue
+            rq_id = plan.job_ids.get(index)
+            if rq_id is not None and job_status(self.client, rq_id) is JobStatus.STARTED:
+                continue
+            self.results.publish(
+                plan.turn_id,
+                _error(call_id, plan.tools[index], ErrorType.CANCELLED,
+                       f"{plan.tools[index]!r} did not run: its turn was cancelled."),
+            )  # fmt: skip
+
+    def full_output(self, call_id: str) -> str | None:
+        """The full output of a truncated call, while it is kept."""
+        return self.results.full_output(call_id)
+
+    # -- inside ----------------------------------------------------------------------------
+
+    def _screen(
+        self, turn_id: str, calls: Sequence[ToolCall]
+    ) -> tuple[list[ToolResult], list[int], dict[str, Tool]]:
+        """Check each call in order; return early results, runnable indexes and their tools."""
+        assert self.registry is not None
+        early: list[ToolResult] = []
+        runnable: list[int] = []
+        tools: dict[str, Tool] = {}
+        stop_reason: str | None = None
+        for index, call in enumerate(calls):
+            if stop_reason is not None:
+                early.append(_error(call.id, call.name, ErrorType.REJECTED,
+                                    f"{call.name!r} did not run: {stop_reason}"))  # fmt: skip
+                continue
+            checked = check_call(call, self.registry, self.settings)
+            if isinstance(checked, ToolResult):
+                early.append(checked)
+                continue
+            tool, _ = checked
+            refusal = self._refusal(turn_id, call, tool)
+            if refusal is not None:
+                early.append(_error(call.id, call.name, ErrorType.REJECTED, refusal))
+                stop_reason = f"the turn stopped at call {call.id} ({refusal})"
+                continue
+            if not self.client.set(self.keys.call_claim(call.id), turn_id, nx=True,
+                                   ex=self.settings.result_ttl):  # fmt: skip
+                early.append(_error(call.id, call.name, ErrorType.REJECTED,
+                                    f"Call id {call.id!r} was already used by another turn; "
+                                    "each call needs a unique id."))  # fmt: skip
+                continue
+            runnable.append(index)
+            tools[call.id] = tool
+        return early, runnable, tools
+
+    def _refusal(self, turn_id: str, call: ToolCall, tool: Tool) -> str | None:
+        if self.check is not None:
+            reason = self.check(call, tool)
+            if reason:
+                return f"Tool blocked: {reason}"
+        if self.approve is not None and not (self.auto_approve_read_only and tool.is_read_only):
+            approved = self.approve(call, tool)
+            self._emit("approval", call, turn_id, approved=approved)
+            if not approved:
+                return "The user rejected this call."
+        if not self.usage.take():
+            return f"The tool call limit ({self.usage.limit}) of this run is reached."
+        return None
+
+    def _wait(
+        self, plan: TurnPlan, deadline: float, limit: float, blocking: redis.Redis
+    ) -> dict[str, ToolResult]:
+        results = self.results.get_many(plan.call_ids)
+        watches = {call_id: _Watch() for call_id in plan.call_ids}
+        next_check = time.monotonic() + _LIVENESS_CHECK_S
+        done_key = self.keys.turn_done(plan.turn_id)
+        while len(results) < len(plan.call_ids):
+            now = time.monotonic()
+            if now >= deadline:
+                self._time_out(plan, results, limit)
+                break
+            # The list is only a wake-up: the stored results are the truth.
+            blocking.blpop([done_key], timeout=max(0.01, min(_LIVENESS_CHECK_S, deadline - now)))
+            pending = [c for c in plan.call_ids if c not in results]
+            results.update(self.results.get_many(pending))
+            if time.monotonic() >= next_check:
+                self._find_lost(plan, results, watches)
+                next_check = time.monotonic() + _LIVENESS_CHECK_S
+        return results
+
+    def _find_lost(
+        self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
+    ) -> None:
+        """Give a ``worker_lost`` result to started calls whose worker stopped renewing them."""
+        for index, call_id in enumerate(plan.call_ids):
+            rq_id = plan.job_ids.get(index)
+            if call_id in results or rq_id is None:
+                continue
+            status = job_status(self.client, rq_id)
+            alive = self.client.exists(self.keys.running(call_id))
+            watch = watches[call_id]
+            if status not in (JobStatus.STARTED, JobStatus.CANCELED, None) or alive:
+                watch.missing_since = None
+                continue
+            now = time.monotonic()
+            watch.missing_since = watch.missing_since or now
+            if now - watch.missing_since < self.settings.call_liveness_s:
+                continue
+            lost = _error(
+                call_id, plan.tools[index], ErrorType.WORKER_LOST,
+                f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
+                "its connection) before it stored a result. The call may have run in part; "
+                "check its effects before calling it again.",
+            )  # fmt: skip
+            if self.results.publish(plan.turn_id, lost):
+                self._emit_raw("call_lost", call_id, plan.turn_id, plan.tools[index])
+            end_lost_job(self.client, rq_id)
+            stored = self.results.get(call_id)
+            if stored is not None:
+                results[call_id] = stored
+
+    def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
+        for index, call_id in enumerate(plan.call_ids):
+            if call_id in results:
+                continue
+            self.results.publish(
+                plan.turn_id,
+                _error(call_id, plan.tools[index], ErrorType.TIMEOUT,
+                       f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
+                       "may still run or have run; check its effects before calling again."),
+            )  # fmt: skip
+        results.update(self.results.get_many([c for c in plan.call_ids if c not in results]))
+
+    def _pending(self, turn: Turn) -> bool:
+        return len(self.results.get_many(turn.plan.call_ids)) < len(turn.plan.call_ids)
+
+    def _load_plan(self, turn_id: str) -> TurnPlan:
+        raw = self.client.get(self.keys.turn(turn_id))
+        if raw is None:
+            raise TurnError(f"No turn {turn_id!r} is known (never submitted, or expired).")
+        return TurnPlan.model_validate_json(raw)
+
+    def _stream_position(self) -> str:
+        last: list[tuple[Any, Any]] = self.client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
+        if not last:
+            return "-"
+        entry_id = last[0][0]
+        return "(" + (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id))
+
+    def _emit(self, event: str, call: ToolCall, turn_id: str, **data: Any) -> None:
+        self._emit_raw(event, call.id, turn_id, call.name, **data)
+
+    def _emit_raw(self, event: str, call_id: str, turn_id: str, tool: str, **data: Any) -> None:
+        self.events.emit(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
+
+    def _log_turn_events(self, turn: Turn) -> None:
+        """Copy this turn's events, in the order Redis received them, to the JSONL log."""
+        if self._jsonl_handle is None:
+            return
+        for _, item in read_events(self.client, self.keys, since=turn.stream_start):
+            if item.turn_id == turn.turn_id:
+                self._jsonl_handle.write(item.to_json_line() + "\n")
+        self._jsonl_handle.flush()
+
+
+def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            raise TurnError(f"Call id {call.id!r} appears twice in one turn; ids must be unique.")
+        seen.add(call.id)
+
+
+def _error(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolResult:
+    return ToolResult(
+        call_id=call_id, name=name, status=ToolStatus.ERROR, content=message,
+        original_chars=len(message), error_type=error_type, error_message=message,
+    )  # fmt: skip

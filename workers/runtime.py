@@ -1,0 +1,243 @@
+"""What a worker process needs to run calls: lock, results, events, workspace, registry.
+
+``WorkerRuntime.execute`` is the per-call path on a worker: it takes the call from the job,
+runs it through ``executor.runner.run_call`` with a guard that holds the distributed lock
+(shared for concurrency-safe tools, exclusive for the rest), keeps the full output of a
+truncated result, stores the result once, and emits events. Whatever happens to the call,
+a result is stored; nothing a tool does fails the RQ job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from executor.contract import Tool
+from executor.errors import FenceError
+from executor.events import EventLog
+from executor.keys import Keys
+from executor.lock import EXCLUSIVE, SHARED, Lease, LockTimeout, OwnerInfo, RWLock
+from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus
+from executor.registry import ToolRegistry
+from executor.results import ResultStore
+from executor.runner import CallEnvironment, Held, run_call
+from executor.settings import Settings
+from executor.turns import CallJob
+from executor.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+# How long a worker keeps trying to store a result while Redis does not answer.
+_PUBLISH_PATIENCE_S = 30.0
+
+
+class WorkerRuntime:
+    """Everything one worker process shares across the calls it runs."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        settings: Settings,
+        registry: ToolRegistry,
+        *,
+        worker_name: str,
+        lock: RWLock | None = None,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.worker_name = worker_name
+        self.keys = Keys(settings.key_prefix)
+        self.workspace = Workspace(settings.workspace)
+        self.client = redis.Redis.from_url(redis_url)
+        self.lock = lock or RWLock.from_url(
+            redis_url, settings.scope, keys=self.keys, lease_ms=settings.lock_lease_ms
+        )
+        self.results = ResultStore(self.client, self.keys, ttl=settings.result_ttl)
+        self.events = EventLog(
+            self.client, self.keys, maxlen=settings.events_maxlen, worker=worker_name
+        )
+
+    def close(self) -> None:
+        """Close this runtime's connections."""
+        self.lock.close()
+        self.client.close()
+
+    def execute(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Run the call in ``payload`` (a ``CallJob``); return the stored result as JSON."""
+        try:
+            job = CallJob.model_validate(payload)
+        except ValidationError as exc:
+            # Only someone writing jobs by hand gets here; there is no call id to answer to.
+            log.error("toolpool: refusing a malformed job payload: %s", exc)
+            raise ValueError(f"Malformed toolpool job payload: {exc}") from None
+        existing = self.results.get(job.call.id)
+        if existing is not None:
+            # A job delivered twice (e.g. re-enqueued after its worker was presumed lost)
+            # must not run twice: the first stored result stands.
+            return existing.model_dump(mode="json")
+        result = self._run(job)
+        return self._publish(job, result).model_dump(mode="json")
+
+    def _run(self, job: CallJob) -> ToolResult:
+        call = job.call
+        cancelled = threading.Event()
+        with _CallWatch(self, job, cancelled):
+            if cancelled.is_set():
+                result = _cancelled(call)
+            else:
+                env = CallEnvironment(
+                    workspace=self.workspace,
+                    settings=self.settings,
+                    cancelled=cancelled,
+                    keep_full_output=self._keep_full_output,
+                    guard=lambda tool, c: self._guard(tool, c, job.turn_id, cancelled),
+                )
+                result = run_call(call, self.registry, env)
+        self.events.emit(
+            "tool_result", call_id=call.id, turn_id=job.turn_id, tool=call.name,
+            duration_ms=result.duration_ms, status=result.status.value,
+            error_type=result.error_type.value if result.error_type else None,
+            truncated=result.truncated,
+        )  # fmt: skip
+        return result
+
+    @contextlib.contextmanager
+    def _guard(
+        self, tool: Tool, call: ToolCall, turn_id: str, cancelled: threading.Event
+    ) -> Iterator[Held]:
+        mode = SHARED if tool.is_concurrency_safe else EXCLUSIVE
+        owner = OwnerInfo.current(worker=self.worker_name, call_id=call.id, tool=tool.name)
+        started = time.monotonic()
+        try:
+            lease = self.lock.acquire(mode, timeout=0, owner=owner)
+        except LockTimeout:
+            self.events.emit("lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                             mode=mode)  # fmt: skip
+            lease = self.lock.acquire(mode, timeout=self.settings.lock_wait_timeout, owner=owner)
+        waited_ms = round((time.monotonic() - started) * 1000, 3)
+
+        def lost(held: Lease) -> None:
+            cancelled.set()
+            self.events.emit("lock_lost", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                             mode=mode, fence=held.fence, reason=held.lost_reason)  # fmt: skip
+
+        lease.on_lost(lost)
+        self.events.emit(
+            "lock_acquired", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode,
+            fence=lease.fence, waited_ms=waited_ms,
+        )  # fmt: skip
+        self.events.emit("tool_execution_started", call_id=call.id, turn_id=turn_id,
+                         tool=tool.name, arguments=call.arguments)  # fmt: skip
+        try:
+            yield _LeaseHeld(lease)
+        finally:
+            released = False
+            try:
+                released = lease.release()
+            except redis.RedisError as exc:
+                log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+            self.events.emit("lock_released", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                             mode=mode, fence=lease.fence, held=released)  # fmt: skip
+
+    def _keep_full_output(self, call: ToolCall, text: str) -> str | None:
+        try:
+            return self.results.keep_full_output(
+                call.id, text, ttl=self.settings.full_output_ttl,
+                max_bytes=self.settings.full_output_max_bytes,
+            )  # fmt: skip
+        except redis.RedisError as exc:
+            log.warning("toolpool: could not keep the full output of %s: %s", call.id, exc)
+            return None
+
+    def _publish(self, job: CallJob, result: ToolResult) -> ToolResult:
+        deadline = time.monotonic() + _PUBLISH_PATIENCE_S
+        while True:
+            try:
+                if self.results.publish(job.turn_id, result):
+                    return result
+                stored = self.results.get(job.call.id)
+                self.events.emit("result_dropped", call_id=job.call.id, turn_id=job.turn_id,
+                                 tool=job.call.name)  # fmt: skip
+                return stored or result
+            except redis.RedisError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+
+class _LeaseHeld:
+    """The runner's view of a lease: a fence to check before side effects, and loss."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def check_fence(self) -> None:
+        if self._lease.fence is not None:
+            self._lease.assert_fenced()
+        elif self._lease.lost:
+            raise FenceError(f"The shared lock was lost ({self._lease.lost_reason}).")
+
+    @property
+    def lost(self) -> bool:
+        return self._lease.lost
+
+
+class _CallWatch:
+    """While a call runs: renew its liveness key, and watch for its turn being cancelled."""
+
+    def __init__(self, runtime: WorkerRuntime, job: CallJob, cancelled: threading.Event) -> None:
+        self._client = runtime.client
+        self._job = job
+        self._current_key = runtime.keys.worker_current(runtime.worker_name)
+        self._running_key = runtime.keys.running(job.call.id)
+        self._cancel_key = runtime.keys.turn_cancel(job.turn_id)
+        self._worker = runtime.worker_name
+        self._interval = runtime.settings.call_heartbeat_s
+        self._ttl_ms = int(runtime.settings.call_liveness_s * 1000)
+        self._cancelled = cancelled
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="toolpool-call-watch",
+                                        daemon=True)  # fmt: skip
+
+    def __enter__(self) -> _CallWatch:
+        with contextlib.suppress(redis.RedisError):
+            self._client.set(self._current_key, self._job.model_dump_json(), ex=24 * 3600)
+        self._beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(redis.RedisError):
+            self._client.delete(self._running_key, self._current_key)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._beat()
+
+    def _beat(self) -> None:
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.set(self._running_key, self._worker, px=self._ttl_ms)
+                pipe.exists(self._cancel_key)
+                _, cancel = pipe.execute()
+            if cancel:
+                self._cancelled.set()
+        except redis.RedisError as exc:
+            log.warning("toolpool: call heartbeat failed: %s", exc)
+
+
+def _cancelled(call: ToolCall) -> ToolResult:
+    message = f"{call.name!r} did not run: its turn was cancelled."
+    return ToolResult(
+        call_id=call.id, name=call.name, status=ToolStatus.ERROR, content=message,
+        original_chars=len(message), error_type=ErrorType.CANCELLED, error_message=message,
+    )  # fmt: skip

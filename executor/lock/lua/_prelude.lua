@@ -8,7 +8,8 @@
 --   KEYS[3] queue        ZSET   token -> ticket: every waiter, in FIFO order
 --   KEYS[4] writers      ZSET   token -> ticket: the exclusive waiters only
 --   KEYS[5] deadlines    ZSET   token -> waiter liveness deadline, ms
---   KEYS[6] waiter_info  HASH   token -> JSON {"mode","enqueued_at_ms","owner"}
+--   KEYS[6] waiter_info  HASH   token -> JSON {"mode","enqueued_at_ms","owner"}; and
+--                               token .. ":woken" -> 1 while a signal awaits its re-check
 --   KEYS[7] stats        HASH   counter -> count
 --   KEYS[8] seq          STRING last ticket handed out
 --   KEYS[9] fence        STRING last fencing token handed out
@@ -55,7 +56,7 @@ local function forget_waiter(token)
   redis.call('ZREM', K_QUEUE, token)
   redis.call('ZREM', K_WRITERS, token)
   redis.call('ZREM', K_DEADLINES, token)
-  redis.call('HDEL', K_WAITER_INFO, token)
+  redis.call('HDEL', K_WAITER_INFO, token, token .. ':woken')
   redis.call('DEL', WAKE_PREFIX .. token)
 end
 
@@ -132,14 +133,19 @@ local function may_enter(token, mode, ticket)
   end
 end
 
--- Push one signal to a waiter's wake list, unless one is already there (one per hand-off).
+-- Signal a waiter once per hand-off: not again while a signal is in its list, nor after it
+-- took the signal and before it re-checks (acquire clears the mark when the waiter stays
+-- queued; forgetting the waiter clears it too). Tokens cannot contain ':', so the mark's
+-- field never collides with a token's.
 local function wake(token)
   local key = WAKE_PREFIX .. token
-  if redis.call('LLEN', key) > 0 then
+  local mark = token .. ':woken'
+  if redis.call('HEXISTS', K_WAITER_INFO, mark) == 1 or redis.call('LLEN', key) > 0 then
     return 0
   end
   redis.call('RPUSH', key, '1')
   redis.call('PEXPIRE', key, WAKE_TTL_MS)
+  redis.call('HSET', K_WAITER_INFO, mark, '1')
   count('wakeups')
   return 1
 end

@@ -83,6 +83,8 @@ local function decide()
       '{"mode":"' .. mode .. '","enqueued_at_ms":' .. int(now) .. ',"owner":' .. owner .. '}')
   end
   redis.call('ZADD', K_DEADLINES, now + waiter_ttl_ms, token)
+  -- The waiter re-checked and must wait on: a later hand-off may signal it again.
+  redis.call('HDEL', K_WAITER_INFO, token .. ':woken')
   return {0, redis.call('ZRANK', K_QUEUE, token) + 1, now}
 end
 

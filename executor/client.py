@@ -25,7 +25,7 @@ from rq.job import JobStatus
 from executor.contract import Tool
 from executor.errors import ConfigurationError, ToolpoolError
 from executor.events import EventLog, read_events
-from executor.jobs import call_queue, end_lost_job, enqueue_call, job_status
+from executor.jobs import call_queue, end_lost_job, enqueue_call, enqueue_ready, job_status
 from executor.keys import Keys
 from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
 from executor.registry import ToolRegistry
@@ -155,35 +155,27 @@ class Executor:
         _refuse_duplicate_ids(parsed)
         turn_id = new_turn_id()
         stream_start = self._stream_position()
-        early, runnable, tools = self._screen(turn_id, parsed)
+        answered, runnable, tools = self._screen(turn_id, parsed)
+        batches = partition([parsed[i] for i in runnable],
+                            lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
         plan = TurnPlan(
             turn_id=turn_id,
             call_ids=[c.id for c in parsed],
             tools=[c.name for c in parsed],
-            batches=[
-                list(b.indexes)
-                for b in partition(
-                    [parsed[i] for i in runnable], lambda c: tools[c.id].is_concurrency_safe
-                )
-            ],
+            # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
+            batches=[[runnable[i] for i in batch.indexes] for batch in batches],
+            job_ids={index: job_id(turn_id, index) for index in runnable},
+            answered=answered,
         )
-        # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
-        plan.batches = [[runnable[i] for i in batch] for batch in plan.batches]
+        # Stored before the jobs exist, so a collector elsewhere can always read the plan.
         self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
                         ex=self.settings.result_ttl)  # fmt: skip
-        for result in early:
-            self.results.publish(turn_id, result)
         previous: list[str] = []
-        for batch in plan.batches:
-            current = []
-            for index in batch:
+        for batch_indexes in plan.batches:
+            for index in batch_indexes:
                 job = CallJob(call=parsed[index], turn_id=turn_id, index=index)
                 enqueue_call(self.queue, job, after=previous, result_ttl=self.settings.result_ttl)
-                plan.job_ids[index] = job_id(turn_id, index)
-                current.append(plan.job_ids[index])
-            previous = current
-        self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
-                        ex=self.settings.result_ttl)  # fmt: skip
+            previous = [plan.job_ids[index] for index in batch_indexes]
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
@@ -203,7 +195,10 @@ class Executor:
             blocking.close()
         if isinstance(turn, Turn):
             self._log_turn_events(turn)
-        return [results[call_id] for call_id in plan.call_ids]
+        return [
+            plan.answered[index] if index in plan.answered else results[call_id]
+            for index, call_id in enumerate(plan.call_ids)
+        ]
 
     def cancel(self, turn: Turn | str) -> None:
         """Stop a turn: queued calls do not run, running ones are told to stop.
@@ -213,12 +208,10 @@ class Executor:
         """
         plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
         self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
-        stored = self.results.get_many(plan.call_ids)
-        for index, call_id in enumerate(plan.call_ids):
-            if call_id in stored:
-                continue
-            rq_id = plan.job_ids.get(index)
-            if rq_id is not None and job_status(self.client, rq_id) is JobStatus.STARTED:
+        stored = self.results.get_many(_enqueued(plan))
+        for index, rq_id in plan.job_ids.items():
+            call_id = plan.call_ids[index]
+            if call_id in stored or job_status(self.client, rq_id) is JobStatus.STARTED:
                 continue
             self.results.publish(
                 plan.turn_id,
@@ -234,37 +227,43 @@ class Executor:
 
     def _screen(
         self, turn_id: str, calls: Sequence[ToolCall]
-    ) -> tuple[list[ToolResult], list[int], dict[str, Tool]]:
-        """Check each call in order; return early results, runnable indexes and their tools."""
+    ) -> tuple[dict[int, ToolResult], list[int], dict[str, Tool]]:
+        """Check each call in order; return the answered ones, the runnable and their tools.
+
+        Answered calls (invalid, unknown, rejected) keep their results in the turn's plan, not
+        under their call id: a reused id must not read, or overwrite, another turn's result.
+        """
         assert self.registry is not None
-        early: list[ToolResult] = []
+        answered: dict[int, ToolResult] = {}
         runnable: list[int] = []
         tools: dict[str, Tool] = {}
         stop_reason: str | None = None
         for index, call in enumerate(calls):
             if stop_reason is not None:
-                early.append(_error(call.id, call.name, ErrorType.REJECTED,
-                                    f"{call.name!r} did not run: {stop_reason}"))  # fmt: skip
+                answered[index] = _error(call.id, call.name, ErrorType.REJECTED,
+                                         f"{call.name!r} did not run: {stop_reason}")  # fmt: skip
                 continue
             checked = check_call(call, self.registry, self.settings)
             if isinstance(checked, ToolResult):
-                early.append(checked)
+                answered[index] = checked
                 continue
             tool, _ = checked
             refusal = self._refusal(turn_id, call, tool)
             if refusal is not None:
-                early.append(_error(call.id, call.name, ErrorType.REJECTED, refusal))
+                answered[index] = _error(call.id, call.name, ErrorType.REJECTED, refusal)
                 stop_reason = f"the turn stopped at call {call.id} ({refusal})"
                 continue
             if not self.client.set(self.keys.call_claim(call.id), turn_id, nx=True,
                                    ex=self.settings.result_ttl):  # fmt: skip
-                early.append(_error(call.id, call.name, ErrorType.REJECTED,
-                                    f"Call id {call.id!r} was already used by another turn; "
-                                    "each call needs a unique id."))  # fmt: skip
+                answered[index] = _error(
+                    call.id, call.name, ErrorType.REJECTED,
+                    f"Call id {call.id!r} was already used by another turn; each call needs "
+                    "a unique id.",
+                )  # fmt: skip
                 continue
             runnable.append(index)
             tools[call.id] = tool
-        return early, runnable, tools
+        return answered, runnable, tools
 
     def _refusal(self, turn_id: str, call: ToolCall, tool: Tool) -> str | None:
         if self.check is not None:
@@ -283,21 +282,23 @@ class Executor:
     def _wait(
         self, plan: TurnPlan, deadline: float, limit: float, blocking: redis.Redis
     ) -> dict[str, ToolResult]:
-        results = self.results.get_many(plan.call_ids)
-        watches = {call_id: _Watch() for call_id in plan.call_ids}
+        waiting_for = _enqueued(plan)
+        results = self.results.get_many(waiting_for)
+        watches = {call_id: _Watch() for call_id in waiting_for}
         next_check = time.monotonic() + _LIVENESS_CHECK_S
         done_key = self.keys.turn_done(plan.turn_id)
-        while len(results) < len(plan.call_ids):
+        while len(results) < len(waiting_for):
             now = time.monotonic()
             if now >= deadline:
                 self._time_out(plan, results, limit)
                 break
             # The list is only a wake-up: the stored results are the truth.
             blocking.blpop([done_key], timeout=max(0.01, min(_LIVENESS_CHECK_S, deadline - now)))
-            pending = [c for c in plan.call_ids if c not in results]
+            pending = [c for c in waiting_for if c not in results]
             results.update(self.results.get_many(pending))
             if time.monotonic() >= next_check:
                 self._find_lost(plan, results, watches)
+                enqueue_ready(self.queue)  # a dependent RQ left ready would wait 10 minutes
                 next_check = time.monotonic() + _LIVENESS_CHECK_S
         return results
 
@@ -305,9 +306,9 @@ class Executor:
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
     ) -> None:
         """Give a ``worker_lost`` result to started calls whose worker stopped renewing them."""
-        for index, call_id in enumerate(plan.call_ids):
-            rq_id = plan.job_ids.get(index)
-            if call_id in results or rq_id is None:
+        for index, rq_id in plan.job_ids.items():
+            call_id = plan.call_ids[index]
+            if call_id in results:
                 continue
             status = job_status(self.client, rq_id)
             alive = self.client.exists(self.keys.running(call_id))
@@ -333,7 +334,8 @@ class Executor:
                 results[call_id] = stored
 
     def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
-        for index, call_id in enumerate(plan.call_ids):
+        for index in plan.job_ids:
+            call_id = plan.call_ids[index]
             if call_id in results:
                 continue
             self.results.publish(
@@ -342,10 +344,11 @@ class Executor:
                        f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
                        "may still run or have run; check its effects before calling again."),
             )  # fmt: skip
-        results.update(self.results.get_many([c for c in plan.call_ids if c not in results]))
+        results.update(self.results.get_many([c for c in _enqueued(plan) if c not in results]))
 
     def _pending(self, turn: Turn) -> bool:
-        return len(self.results.get_many(turn.plan.call_ids)) < len(turn.plan.call_ids)
+        enqueued = _enqueued(turn.plan)
+        return len(self.results.get_many(enqueued)) < len(enqueued)
 
     def _load_plan(self, turn_id: str) -> TurnPlan:
         raw = self.client.get(self.keys.turn(turn_id))
@@ -374,6 +377,11 @@ class Executor:
             if item.turn_id == turn.turn_id:
                 self._jsonl_handle.write(item.to_json_line() + "\n")
         self._jsonl_handle.flush()
+
+
+def _enqueued(plan: TurnPlan) -> list[str]:
+    """The call ids of the turn that went to the workers."""
+    return [plan.call_ids[index] for index in sorted(plan.job_ids)]
 
 
 def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:

@@ -23,6 +23,8 @@ from executor.turns import CallJob, job_id
 ENTRY_POINT = "workers.job.execute"
 
 _TERMINAL = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED}
+# Passes over a queue's ready dependents before leaving them to RQ's own cleanup.
+_READY_ATTEMPTS = 20
 
 
 def call_queue(client: redis.Redis, keys: Keys, queue: str) -> Queue:
@@ -49,6 +51,22 @@ def enqueue_call(queue: Queue, job: CallJob, *, after: list[str], result_ttl: in
     )
 
 
+def enqueue_ready(queue: Queue) -> int:
+    """Put on the queue the dependents RQ marked ready but left off it; return how many remain.
+
+    rq 3.0's ``ReadyJobRegistry.enqueue_jobs`` WATCHes the queue's one ready registry and, when
+    another worker adds or enqueues a dependent at the same moment, skips the job "for now":
+    only the maintenance cleanup, every 10 minutes, enqueues it. A turn's next batch would wait
+    that long. Every pass here is that cleanup; a conflict means someone else made progress.
+    """
+    left = 0
+    for _ in range(_READY_ATTEMPTS):
+        left = int(queue.ready_job_registry.get_job_count(cleanup=True))
+        if not left:
+            break
+    return left
+
+
 def job_status(client: redis.Redis, rq_job_id: str) -> JobStatus | None:
     """RQ's status of a job, or None if RQ no longer knows it."""
     try:
@@ -71,7 +89,9 @@ def end_lost_job(client: redis.Redis, rq_job_id: str) -> bool:
         return False
     if job.get_status() in _TERMINAL:
         return False
+    ended = False
     with contextlib.suppress(InvalidJobOperation):
         job.cancel(enqueue_dependents=True)
-        return True
-    return False
+        ended = True
+    enqueue_ready(Queue(job.origin, connection=client, serializer=JSONSerializer))
+    return ended

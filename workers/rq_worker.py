@@ -21,7 +21,7 @@ from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 
 from executor.events import EventLog
-from executor.jobs import ENTRY_POINT
+from executor.jobs import ENTRY_POINT, enqueue_ready
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,13 @@ class _RefusingMixin:
     events: EventLog | None = None
 
     def execute_job(self, job: Job, queue: Queue) -> Any:
+        try:
+            return self._execute_or_refuse(job, queue)
+        finally:
+            # The job's dependents (a turn's next batch) must not wait for RQ's cleanup.
+            enqueue_ready(queue)
+
+    def _execute_or_refuse(self, job: Job, queue: Queue) -> Any:
         reason = refusal_reason(self.connection, job)
         if reason is None:
             return super().execute_job(job, queue)  # type: ignore[misc]

@@ -139,12 +139,16 @@ class WorkerRuntime:
             yield _LeaseHeld(lease)
         finally:
             released = False
+            # Stamped before the release is sent: the event's ts comes after it, when the next
+            # holder may already have the lock, so only this time bounds the hold from inside.
+            released_at = time.time()
             try:
                 released = lease.release()
             except redis.RedisError as exc:
                 log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
             self.events.emit("lock_released", call_id=call.id, turn_id=turn_id, tool=tool.name,
-                             mode=mode, fence=lease.fence, held=released)  # fmt: skip
+                             mode=mode, fence=lease.fence, held=released,
+                             released_at=released_at)  # fmt: skip
 
     def _keep_full_output(self, call: ToolCall, text: str) -> str | None:
         try:

@@ -1,0 +1,26 @@
+# toolpool worker image: `docker compose up --scale worker=3` (see docker-compose.yml).
+# Configured by TOOLPOOL_* variables; the entrypoint is the `toolpool` command.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY executor ./executor
+COPY workers ./workers
+RUN pip install . && rm -rf /src
+
+# Tools run as an unprivileged user, and only /workspace is theirs to write.
+RUN useradd --create-home --uid 10001 toolpool \
+    && mkdir -p /workspace \
+    && chown toolpool:toolpool /workspace
+USER toolpool
+WORKDIR /workspace
+VOLUME ["/workspace"]
+
+ENV TOOLPOOL_WORKSPACE=/workspace
+ENTRYPOINT ["toolpool"]
+CMD ["worker"]

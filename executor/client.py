@@ -105,6 +105,8 @@ class Executor:
         self.redis_url = url
         self.keys = Keys(self.settings.key_prefix)
         self.client = redis.Redis.from_url(url)
+        # Waits for results block on it (BLPOP), beyond redis-py's default socket timeout.
+        self._blocking = redis.Redis.from_url(url, socket_timeout=None)
         self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
         self.queue = call_queue(self.client, self.keys, self.settings.queue)
         self.usage = Usage(self.max_tool_calls)
@@ -121,8 +123,9 @@ class Executor:
                                worker="orchestrator")  # fmt: skip
 
     def close(self) -> None:
-        """Close the Redis connection (and the JSONL file this executor opened)."""
+        """Close the Redis connections (and the JSONL file this executor opened)."""
         self.client.close()
+        self._blocking.close()
         if isinstance(self.jsonl, Path) and self._jsonl_handle is not None:
             self._jsonl_handle.close()
 
@@ -189,11 +192,7 @@ class Executor:
         plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
         limit = self.settings.turn_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
-        blocking = redis.Redis.from_url(str(self.redis_url), socket_timeout=None)
-        try:
-            results = self._wait(plan, deadline, limit, blocking)
-        finally:
-            blocking.close()
+        results = self._wait(plan, deadline, limit, self._blocking)
         if isinstance(turn, Turn):
             self._log_turn_events(turn)
         return [
@@ -254,17 +253,35 @@ class Executor:
                 answered[index] = _error(call.id, call.name, ErrorType.REJECTED, refusal)
                 stop_reason = f"the turn stopped at call {call.id} ({refusal})"
                 continue
-            if not self.client.set(self.keys.call_claim(call.id), turn_id, nx=True,
-                                   ex=self.settings.result_ttl):  # fmt: skip
-                answered[index] = _error(
-                    call.id, call.name, ErrorType.REJECTED,
-                    f"Call id {call.id!r} was already used by another turn; each call needs "
-                    "a unique id.",
-                )  # fmt: skip
-                continue
             runnable.append(index)
             tools[call.id] = tool
-        return answered, runnable, tools
+        return answered, self._claim(turn_id, calls, runnable, answered), tools
+
+    def _claim(
+        self,
+        turn_id: str,
+        calls: Sequence[ToolCall],
+        runnable: list[int],
+        answered: dict[int, ToolResult],
+    ) -> list[int]:
+        """Claim the runnable calls' ids for this turn (one round trip); return those claimed."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for index in runnable:
+                pipe.set(self.keys.call_claim(calls[index].id), turn_id, nx=True,
+                         ex=self.settings.result_ttl)  # fmt: skip
+            claimed = pipe.execute()
+        kept = []
+        for index, ok in zip(runnable, claimed, strict=True):
+            if ok:
+                kept.append(index)
+                continue
+            call = calls[index]
+            answered[index] = _error(
+                call.id, call.name, ErrorType.REJECTED,
+                f"Call id {call.id!r} was already used by another turn; each call needs a "
+                "unique id.",
+            )  # fmt: skip
+        return kept
 
     def _refusal(self, turn_id: str, call: ToolCall, tool: Tool) -> str | None:
         if self.check is not None:

@@ -71,27 +71,48 @@ class EventLog:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self._jsonl = jsonl
-        self._jsonl_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._pending: list[Event] = []
 
     def emit(
         self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
     ) -> Event:
-        """Record one event and return it."""
+        """Record one event now and return it."""
+        item = self.defer(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
+        self.flush()
+        return item
+
+    def defer(
+        self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
+    ) -> Event:
+        """Queue one event for the next ``flush()`` (several events, one round trip)."""
         item = Event(
             event=event, call_id=call_id, turn_id=turn_id, tool=tool, worker=self.worker,
             host=self.host, pid=self.pid, data=data,
         )  # fmt: skip
-        line = item.to_json_line()
+        with self._lock:
+            self._pending.append(item)
+        return item
+
+    def flush(self) -> None:
+        """Write the queued events, in order, to the stream (and the JSONL file)."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        if not pending:
+            return
+        lines = [item.to_json_line() for item in pending]
         if self.client is not None:
             try:
-                self.client.xadd(self.key, {_FIELD: line}, maxlen=self.maxlen, approximate=True)
+                with self.client.pipeline(transaction=False) as pipe:
+                    for line in lines:
+                        pipe.xadd(self.key, {_FIELD: line}, maxlen=self.maxlen, approximate=True)
+                    pipe.execute()
             except redis.RedisError as exc:
-                log.warning("toolpool: could not record event %s: %s", event, exc)
+                log.warning("toolpool: could not record %d event(s): %s", len(lines), exc)
         if self._jsonl is not None:
-            with self._jsonl_lock:
-                self._jsonl.write(line + "\n")
+            with self._lock:
+                self._jsonl.write("".join(line + "\n" for line in lines))
                 self._jsonl.flush()
-        return item
 
 
 def read_events(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
 from executor import CallEnvironment, Settings, Tool, ToolCall, ToolRegistry, ToolResult, run_call
 from executor.embedded_redis import RedisServer
@@ -62,3 +63,11 @@ def redis_url(redis_server: RedisServer) -> str:
     finally:
         client.close()
     return redis_server.url
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    """A connection to the session's Redis (emptied for this test)."""
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    connection.close()

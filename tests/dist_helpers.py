@@ -19,12 +19,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
 
 import redis
+from waiting import wait_for
 
 from executor.events import Event, read_events
 from executor.keys import Keys
@@ -36,14 +37,6 @@ TESTS_DIR = Path(__file__).resolve().parent
 # starts several Python processes at once.
 PATIENCE_S = 30.0
 _STOP_GRACE_S = 10.0
-
-
-def wait_for(condition: Callable[[], object], timeout: float = PATIENCE_S, what: str = "") -> None:
-    """Poll ``condition`` until it is true; fail the test at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.01)
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -199,7 +192,7 @@ def wait_for_event(
         found[:] = named(events(client), name, [call_id])
         return bool(found)
 
-    wait_for(seen, timeout, f"{name} of {call_id}")
+    wait_for(seen, f"{name} of {call_id}", timeout=timeout)
     return found[0]
 
 

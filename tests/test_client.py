@@ -17,8 +17,9 @@ from typing import Any
 import dist_tools
 import pytest
 import redis
-from dist_helpers import Workers, events, named, wait_for, wait_for_event
+from dist_helpers import Workers, events, named, wait_for_event
 from rq.job import JobStatus
+from waiting import wait_for
 
 from executor import ErrorType, Settings, Tool, ToolCall, ToolResult, ToolStatus
 from executor.client import Executor, TurnError
@@ -26,13 +27,6 @@ from executor.jobs import job_status
 from executor.messages import anthropic_tool_results, openai_tool_messages
 from executor.turns import Batch, partition
 from workers.process import run_worker
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
 
 
 @pytest.fixture

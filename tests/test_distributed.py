@@ -26,9 +26,9 @@ from dist_helpers import (
     exclusive_overlaps,
     holds,
     named,
-    wait_for,
     wait_for_event,
 )
+from waiting import wait_for
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
 from executor.client import Executor
@@ -36,13 +36,6 @@ from executor.keys import Keys
 from executor.lock import RWLock
 
 MakeWorkers = Callable[[Settings], Workers]
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
 
 
 @pytest.fixture
@@ -217,7 +210,9 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
         orphans = pool.kill(doomed)
         killed_at = time.time()
         try:
-            wait_for(lambda: not lock.status().holders, 5.0, "the dead worker's lease to end")
+            wait_for(
+                lambda: not lock.status().holders, "the dead worker's lease to end", timeout=5.0
+            )
             freed_after = time.time() - killed_at
             pool.start(1)
         finally:

@@ -20,6 +20,7 @@ import redis
 from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from waiting import wait_for
 
 from executor.context import ToolContext
 from executor.embedded_redis import RedisServer
@@ -39,13 +40,6 @@ from executor.lock.scripts import script_source
 from executor.workspace import Workspace
 
 MakeLock = Callable[..., RWLock]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def _client(url: str, **kwargs: Any) -> redis.Redis:

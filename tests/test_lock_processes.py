@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import redis
 from lock_proc import GO_KEY, READY_KEY, STOP_KEY, ChildConfig, control_key, events_key
+from waiting import wait_for
 
 from executor.keys import Keys
 from executor.lock import (
@@ -46,13 +47,6 @@ _TESTS_DIR = Path(__file__).resolve().parent
 # How long any single condition may take before the test fails (generous: a loaded 2-core box
 # starts 20 Python processes in a few seconds).
 _PATIENCE_S = 30.0
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = _PATIENCE_S, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or 'a condition'}"
-        time.sleep(0.005)
 
 
 # -- the processes ------------------------------------------------------------------------

@@ -7,7 +7,6 @@ keys themselves: who holds, who is queued, which wake lists got a signal.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from importlib import resources
 from typing import Any
 
@@ -32,13 +31,6 @@ from executor.lock.scripts import SCRIPT_NAMES, decode_outcome, script_source
 
 LONG = 60_000
 OWNER = OwnerInfo(worker="w1", host="h", pid=7, call_id="c1", tool="write_file").model_dump_json()
-
-
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
 
 
 @pytest.fixture

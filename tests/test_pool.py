@@ -18,12 +18,13 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from rq import Worker
+from waiting import gone, wait_for
 
 from executor import ErrorType, Settings, ToolStatus
 from executor.client import Executor
@@ -61,23 +62,6 @@ def nap(seconds: Annotated[float, Field(ge=0, le=30, description="How long to sl
 
 registry = ToolRegistry([nap])
 '''
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
-    """Poll ``condition`` until it holds; fail the test at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 @pytest.fixture

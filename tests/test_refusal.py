@@ -77,13 +77,6 @@ def hooks() -> Iterator[_HookServer]:
         yield server
 
 
-@pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    connection = redis.Redis.from_url(redis_url)
-    yield connection
-    connection.close()
-
-
 def _enqueue_harmless(queue: Queue, folder: Path, hooks: _HookServer) -> tuple[Job, list[Path]]:
     """A job that touches a file, with a callback that touches another and a webhook."""
     ran, called_back = folder / "job-ran", folder / "callback-ran"

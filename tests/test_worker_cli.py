@@ -14,13 +14,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from waiting import gone, wait_for
 
 from executor import Settings, ToolStatus
 from executor.client import Executor
@@ -33,23 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOLPOOL = [sys.executable, "-m", "executor.cli"]
 PATIENCE_S = 30.0
 _WORKER_LINE = re.compile(r"^worker (\S+) pid (\d+)$")
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = PATIENCE_S) -> None:
-    """Poll ``condition`` until it holds; fail the test at ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
 
 
 def read_until_workers(process: subprocess.Popen[str], count: int) -> tuple[str, dict[str, int]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -63,6 +64,8 @@ class WorkerRuntime:
         self.events = EventLog(
             self.client, self.keys, maxlen=settings.events_maxlen, worker=worker_name
         )
+        self._liveness_ms = int(settings.call_liveness_s * 1000)
+        self._heartbeat = _Heartbeat(self)
 
     def close(self) -> None:
         """Close this runtime's connections."""
@@ -77,35 +80,54 @@ class WorkerRuntime:
             # Only someone writing jobs by hand gets here; there is no call id to answer to.
             log.error("toolpool: refusing a malformed job payload: %s", exc)
             raise ValueError(f"Malformed toolpool job payload: {exc}") from None
-        existing = self.results.get(job.call.id)
-        if existing is not None:
-            # A job delivered twice (e.g. re-enqueued after its worker was presumed lost)
-            # must not run twice: the first stored result stands.
-            return existing.model_dump(mode="json")
-        result = self._run(job)
-        return self._publish(job, result).model_dump(mode="json")
-
-    def _run(self, job: CallJob) -> ToolResult:
         call = job.call
-        cancelled = threading.Event()
-        with _CallWatch(self, job, cancelled):
-            if cancelled.is_set():
-                result = _cancelled(call)
-            else:
-                env = CallEnvironment(
-                    workspace=self.workspace,
-                    settings=self.settings,
-                    cancelled=cancelled,
-                    keep_full_output=self._keep_full_output,
-                    guard=lambda tool, c: self._guard(tool, c, job.turn_id, cancelled),
-                )
-                result = run_call(call, self.registry, env)
-        self.events.emit(
+        current_key, running_key = (
+            self.keys.worker_current(self.worker_name),
+            self.keys.running(call.id),
+        )
+        # One round trip to start: is it answered already, mark it as ours, is it cancelled.
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.result(call.id))
+            pipe.set(current_key, job.model_dump_json(), ex=24 * 3600)
+            pipe.set(running_key, self.worker_name, px=self._liveness_ms)
+            pipe.exists(self.keys.turn_cancel(job.turn_id))
+            existing, _, _, cancel_flag = pipe.execute()
+        try:
+            if existing is not None:
+                # A job delivered twice (e.g. re-enqueued after its worker was presumed lost)
+                # must not run twice: the first stored result stands.
+                return ToolResult.model_validate_json(existing).model_dump(mode="json")
+            cancelled = threading.Event()
+            if cancel_flag:
+                cancelled.set()
+            with self._heartbeat.watching(job, cancelled):
+                result = self._run(job, cancelled)
+            return self._publish(job, result).model_dump(mode="json")
+        finally:
+            with contextlib.suppress(redis.RedisError):
+                self.client.delete(current_key, running_key)
+
+    def _run(self, job: CallJob, cancelled: threading.Event) -> ToolResult:
+        call = job.call
+        if cancelled.is_set():
+            result = _cancelled(call)
+        else:
+            env = CallEnvironment(
+                workspace=self.workspace,
+                settings=self.settings,
+                cancelled=cancelled,
+                keep_full_output=self._keep_full_output,
+                guard=lambda tool, c: self._guard(tool, c, job.turn_id, cancelled),
+            )
+            result = run_call(call, self.registry, env)
+        self.events.defer(
             "tool_result", call_id=call.id, turn_id=job.turn_id, tool=call.name,
             duration_ms=result.duration_ms, status=result.status.value,
             error_type=result.error_type.value if result.error_type else None,
             truncated=result.truncated,
         )  # fmt: skip
+        # The events go before the result, so whoever reads the result finds them too.
+        self.events.flush()
         return result
 
     @contextlib.contextmanager
@@ -129,12 +151,13 @@ class WorkerRuntime:
                              mode=mode, fence=held.fence, reason=held.lost_reason)  # fmt: skip
 
         lease.on_lost(lost)
-        self.events.emit(
+        self.events.defer(
             "lock_acquired", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode,
             fence=lease.fence, waited_ms=waited_ms,
         )  # fmt: skip
-        self.events.emit("tool_execution_started", call_id=call.id, turn_id=turn_id,
-                         tool=tool.name, arguments=call.arguments)  # fmt: skip
+        self.events.defer("tool_execution_started", call_id=call.id, turn_id=turn_id,
+                          tool=tool.name, arguments=call.arguments)  # fmt: skip
+        self.events.flush()
         try:
             yield _LeaseHeld(lease)
         finally:
@@ -146,9 +169,9 @@ class WorkerRuntime:
                 released = lease.release()
             except redis.RedisError as exc:
                 log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
-            self.events.emit("lock_released", call_id=call.id, turn_id=turn_id, tool=tool.name,
-                             mode=mode, fence=lease.fence, held=released,
-                             released_at=released_at)  # fmt: skip
+            self.events.defer("lock_released", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                              mode=mode, fence=lease.fence, held=released,
+                              released_at=released_at)  # fmt: skip
 
     def _keep_full_output(self, call: ToolCall, text: str) -> str | None:
         try:
@@ -193,48 +216,54 @@ class _LeaseHeld:
         return self._lease.lost
 
 
-class _CallWatch:
-    """While a call runs: renew its liveness key, and watch for its turn being cancelled."""
+class _Heartbeat:
+    """One thread per worker process: renew the running call's liveness, watch for cancel.
 
-    def __init__(self, runtime: WorkerRuntime, job: CallJob, cancelled: threading.Event) -> None:
+    One thread for the process rather than one per call: a thread start and join on every
+    call costs more than the call itself under load. A forked work horse starts its own.
+    """
+
+    def __init__(self, runtime: WorkerRuntime) -> None:
         self._client = runtime.client
-        self._job = job
-        self._current_key = runtime.keys.worker_current(runtime.worker_name)
-        self._running_key = runtime.keys.running(job.call.id)
-        self._cancel_key = runtime.keys.turn_cancel(job.turn_id)
+        self._keys = runtime.keys
         self._worker = runtime.worker_name
         self._interval = runtime.settings.call_heartbeat_s
         self._ttl_ms = int(runtime.settings.call_liveness_s * 1000)
-        self._cancelled = cancelled
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="toolpool-call-watch",
-                                        daemon=True)  # fmt: skip
+        self._lock = threading.Lock()
+        self._watched: tuple[CallJob, threading.Event] | None = None
+        self._thread_pid: int | None = None
 
-    def __enter__(self) -> _CallWatch:
-        with contextlib.suppress(redis.RedisError):
-            self._client.set(self._current_key, self._job.model_dump_json(), ex=24 * 3600)
-        self._beat()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        with contextlib.suppress(redis.RedisError):
-            self._client.delete(self._running_key, self._current_key)
+    @contextlib.contextmanager
+    def watching(self, job: CallJob, cancelled: threading.Event) -> Iterator[None]:
+        """Keep ``job`` alive and ``cancelled`` up to date while the block runs."""
+        with self._lock:
+            self._watched = (job, cancelled)
+            if self._thread_pid != os.getpid():
+                self._thread_pid = os.getpid()
+                threading.Thread(target=self._loop, name="toolpool-heartbeat",
+                                 daemon=True).start()  # fmt: skip
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._watched = None
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._beat()
+        while True:
+            time.sleep(self._interval)
+            # Under the lock, so a beat never renews a call that has just ended.
+            with self._lock:
+                if self._watched is not None:
+                    self._beat(*self._watched)
 
-    def _beat(self) -> None:
+    def _beat(self, job: CallJob, cancelled: threading.Event) -> None:
         try:
             with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(self._running_key, self._worker, px=self._ttl_ms)
-                pipe.exists(self._cancel_key)
+                pipe.set(self._keys.running(job.call.id), self._worker, px=self._ttl_ms)
+                pipe.exists(self._keys.turn_cancel(job.turn_id))
                 _, cancel = pipe.execute()
             if cancel:
-                self._cancelled.set()
+                cancelled.set()
         except redis.RedisError as exc:
             log.warning("toolpool: call heartbeat failed: %s", exc)
 

@@ -4,7 +4,7 @@ Used by ``scripts/bench_calls.py``, against the benchmark's private Redis, after
 processes have stopped. ``WorkerRuntime.execute`` runs noop calls with timers wrapped around
 the public parts it uses (the event log, the result store, the lock and each lease), so the
 split is measured in the path itself; the rest of the path (argument validation, the tool's
-thread, the call watch with its thread and three Redis writes) is what is left. Two things
+thread, the opening pipeline and the closing DEL) is what is left. Two things
 are also timed alone for scale: ``run_call`` without the lock, and a thread's start + join.
 """
 
@@ -85,8 +85,7 @@ def measure_parts(
     registry = bench_registry()
     runtime = WorkerRuntime(url, settings, registry, worker_name=f"bench-inproc-{tag}")
     watch = _Stopwatch()
-    watch.wrap(runtime.events, "emit", "events")
-    watch.wrap(runtime.results, "get", "result")
+    watch.wrap(runtime.events, "flush", "events")
     watch.wrap(runtime.results, "publish", "result")
     acquire = runtime.lock.acquire
 
@@ -147,11 +146,11 @@ def format_parts(parts: dict[str, float], rq_job_us: float | None) -> list[str]:
     rest = parts["whole"] - sum(parts.get(name, 0.0) for name in named)
     rows = [
         (f"WorkerRuntime.execute, whole ({parts['commands']:.0f} Redis commands*)", parts["whole"]),
-        (f"  events: {EVENTS_PER_CALL} x XADD", parts.get("events", 0.0)),
+        (f"  events: {EVENTS_PER_CALL} x XADD in 2 pipelines", parts.get("events", 0.0)),
         ("  lock acquire (Lua; wakes the lease keeper thread)", parts.get("lock acquire", 0.0)),
         ("  lock release (Lua)", parts.get("lock release", 0.0)),
-        ("  result: existence GET + publish (Lua)", parts.get("result", 0.0)),
-        ("  the rest: validation, tool thread, call watch", rest),
+        ("  result: publish (Lua)", parts.get("result", 0.0)),
+        ("  the rest: opening pipeline, validation, tool thread, DEL", rest),
         ("alone: run_call without lock (validate, thread)", parts["runner"]),
         ("alone: one thread start + join", parts["thread"]),
         ("alone: one Redis PING round trip", parts["ping"]),

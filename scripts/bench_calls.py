@@ -274,7 +274,7 @@ def _run_all(bench: Bench) -> None:
         bench.out(line)
     bench.summary.append(
         f"toolpool's worker path outside RQ: {parts['whole'] / 1000:.1f} ms a call "
-        f"({parts['commands']:.0f} Redis commands, 4 events, 2 lock scripts, 2 threads)"
+        f"({parts['commands']:.0f} Redis commands, 4 events, 2 lock scripts, 1 tool thread)"
     )
     worst = min((tool / raw for tool, raw in rates.values()), default=1.0)
     if args.profile or worst < _PROFILE_BELOW:

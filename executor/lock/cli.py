@@ -2,49 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 import click
 import redis
 
-from executor.keys import DEFAULT_PREFIX, DEFAULT_SCOPE, Keys
+from executor.cli_common import connection_options, require_redis, settings_for
+from executor.keys import Keys
 from executor.lock.models import LockStatus, OwnerInfo
 from executor.lock.rwlock import RWLock
 
-F = TypeVar("F", bound=Callable[..., Any])
+scope_option = click.option(
+    "--scope", default=None, help="Lock scope (env TOOLPOOL_SCOPE; default global)."
+)
 
 
-def _connection_options(command: F) -> F:
-    command = click.option(
-        "--prefix",
-        envvar="TOOLPOOL_KEY_PREFIX",
-        default=DEFAULT_PREFIX,
-        show_default=True,
-        help="Key prefix of the toolpool deployment (env TOOLPOOL_KEY_PREFIX).",
-    )(command)
-    command = click.option(
-        "--scope",
-        default=DEFAULT_SCOPE,
-        show_default=True,
-        help="Lock scope: workers sharing a scope share one lock.",
-    )(command)
-    return click.option(
-        "--redis",
-        "redis_url",
-        envvar="TOOLPOOL_REDIS_URL",
-        required=True,
-        help="Redis URL, e.g. redis://host:6379/0 or unix:///path/redis.sock "
-        "(env TOOLPOOL_REDIS_URL).",
-    )(command)
-
-
-def _open(redis_url: str, scope: str, prefix: str) -> RWLock:
+def _open(redis_url: str | None, scope: str | None, prefix: str | None) -> tuple[RWLock, str]:
+    settings = settings_for(redis_url, prefix, scope=scope)
+    url = require_redis(settings)
     try:
-        client = redis.Redis.from_url(redis_url)
-        return RWLock(client, scope, keys=Keys(prefix))
+        client = redis.Redis.from_url(url)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="--redis") from None
+    return RWLock(client, settings.scope, keys=Keys(settings.key_prefix)), url
 
 
 def _who(owner: OwnerInfo) -> str:
@@ -91,31 +69,33 @@ def lock() -> None:
 
 
 @lock.command("status")
-@_connection_options
+@connection_options
+@scope_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(redis_url: str, scope: str, prefix: str, as_json: bool) -> None:
+def status(redis_url: str | None, prefix: str | None, scope: str | None, as_json: bool) -> None:
     """Show the lock's holders, its queue and its counters."""
-    rwlock = _open(redis_url, scope, prefix)
+    rwlock, url = _open(redis_url, scope, prefix)
     try:
         snapshot = rwlock.status()
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot read the lock at {redis_url}: {exc}") from None
+        raise click.ClickException(f"Cannot read the lock at {url}: {exc}") from None
     click.echo(snapshot.model_dump_json(indent=2) if as_json else format_status(snapshot))
 
 
 @lock.command("release")
-@_connection_options
+@connection_options
+@scope_option
 @click.option("--token", required=True, help="The lease token to end (see `lock status`).")
-def release(redis_url: str, scope: str, prefix: str, token: str) -> None:
+def release(redis_url: str | None, prefix: str | None, scope: str | None, token: str) -> None:
     """Force-release a lease (or drop a waiter); its holder finds out at its next renewal."""
-    rwlock = _open(redis_url, scope, prefix)
+    rwlock, url = _open(redis_url, scope, prefix)
     try:
         ended = rwlock.force_release(token)
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot reach the lock at {redis_url}: {exc}") from None
+        raise click.ClickException(f"Cannot reach the lock at {url}: {exc}") from None
     if not ended:
         raise click.ClickException(
-            f"Token {token} neither holds nor waits for the lock on scope {scope!r}; "
+            f"Token {token} neither holds nor waits for the lock on scope {rwlock.scope!r}; "
             "nothing changed. Check the token with `toolpool lock status`."
         )
-    click.echo(f"Released token {token} on lock scope {scope!r}.")
+    click.echo(f"Released token {token} on lock scope {rwlock.scope!r}.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
@@ -89,6 +90,17 @@ def talking_to(settings: Settings) -> Iterator[None]:
     try:
         yield
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot use Redis at {settings.redis_url}: {exc}") from None
+        raise click.ClickException(
+            f"Cannot use Redis at {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
     except ToolpoolError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

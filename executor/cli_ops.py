@@ -11,7 +11,7 @@ import click
 import redis
 from rq import Worker
 
-from executor.cli_common import connection_options, require_redis, settings_for
+from executor.cli_common import connection_options, require_redis, settings_for, shown_url
 from executor.events import Event, append_jsonl, follow_events, read_events
 from executor.jobs import call_queue
 from executor.keys import Keys
@@ -35,7 +35,9 @@ def status_command(
     try:
         report = _status(client, settings)
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot read status from {settings.redis_url}: {exc}") from None
+        raise click.ClickException(
+            f"Cannot read status from {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
     finally:
         client.close()
     if as_json:
@@ -92,7 +94,9 @@ def events_command(
     except KeyboardInterrupt:
         pass
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot read events from {settings.redis_url}: {exc}") from None
+        raise click.ClickException(
+            f"Cannot read events from {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
     finally:
         client.close()
 

@@ -64,6 +64,9 @@ class Settings:
     bash_default_timeout: float = 10.0
     bash_max_timeout: float = 600.0
     bash_max_output_bytes: int = 1024 * 1024
+    # Space-separated names (or fnmatch patterns) of worker environment variables that bash
+    # commands get on top of the built-in allow-list; everything else stays with the worker.
+    bash_env: str = ""
     weather_url: str = "https://api.open-meteo.com"
     geocoding_url: str = "https://geocoding-api.open-meteo.com"
     http_timeout: float = 5.0

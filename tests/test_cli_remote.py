@@ -123,3 +123,18 @@ def test_unreachable_redis_is_a_clear_error() -> None:
     )  # fmt: skip
     assert result.exit_code == 1
     assert "Cannot use Redis at redis://127.0.0.1:1/0" in result.output
+
+
+def test_error_messages_never_show_the_redis_password() -> None:
+    env = {"TOOLPOOL_REDIS_URL": "redis://:hunter2secret@127.0.0.1:1/0"}
+    runner = CliRunner()
+    for args in (
+        ["call", "calculator", "--args", '{"expression": "1"}', "--timeout", "2"],
+        ["status"],
+        ["events"],
+        ["lock", "status"],
+    ):
+        result = runner.invoke(main, args, env=env)
+        assert result.exit_code == 1, (args, result.output)
+        assert "redis://:***@127.0.0.1:1/0" in result.output, (args, result.output)
+        assert "hunter2secret" not in result.output, args

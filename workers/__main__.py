@@ -1,4 +1,5 @@
-"""One worker process: ``python -m workers --name NAME [--tools MODULE:ATTR ...] [--fork]``.
+"""One worker process: ``python -m workers --name NAME [--tools MODULE:ATTR ...] [--fork]
+[--read-only] [--disable-tool NAME ...]``.
 
 This is what ``WorkerPool`` starts for each slot. Every setting (Redis URL, key prefix, queue,
 lock scope, workspace, limits) comes from ``TOOLPOOL_*`` variables through
@@ -18,7 +19,7 @@ import time
 
 from executor.errors import ToolpoolError
 from executor.settings import Settings
-from workers.process import run_worker
+from workers.process import run_worker, served_registry
 
 log = logging.getLogger("workers")
 
@@ -35,6 +36,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR",
                         help="Add a registry of your own tools (repeatable).")  # fmt: skip
     parser.add_argument("--fork", action="store_true", help="Fork a process per call.")
+    parser.add_argument("--read-only", action="store_true",
+                        help="Serve only the tools declared read-only.")  # fmt: skip
+    parser.add_argument("--disable-tool", action="append", default=[], metavar="NAME",
+                        help="Do not serve this tool (repeatable).")  # fmt: skip
     parser.add_argument("--log-level", default="WARNING", help="Logging level.")
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="Stop (warm) once this process is no longer the parent.")  # fmt: skip
@@ -63,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         settings = Settings.from_env()
-        registry = build_registry(tuple(args.tools))
+        registry = served_registry(
+            build_registry(tuple(args.tools)),
+            read_only=args.read_only,
+            disabled=frozenset(args.disable_tool),
+        )
     except ToolpoolError as exc:
         print(f"toolpool worker: {exc}", file=sys.stderr)
         return 2

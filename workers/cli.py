@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
@@ -25,12 +25,14 @@ from executor.cli_common import (
     or_fail,
     require_redis,
     settings_for,
+    shown_url,
     tools_option,
 )
 from executor.embedded_redis import RedisServer
 from executor.keys import Keys
 from executor.settings import Settings
 from workers.pool import PoolChild, WorkerPool
+from workers.process import served_registry
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +51,13 @@ def _pool_options(command: F) -> F:
                      help="Worker processes (env TOOLPOOL_WORKERS)."),
         tools_option,
         click.option("--fork", is_flag=True, envvar="TOOLPOOL_FORK", help=_FORK_HELP),
+        click.option("--read-only", is_flag=True, envvar="TOOLPOOL_READ_ONLY",
+                     help="Serve only the tools declared read-only; calls to others get an "
+                          "error result saying so (env TOOLPOOL_READ_ONLY)."),
+        click.option("--disable-tool", "disabled_tools", multiple=True, metavar="NAME",
+                     envvar="TOOLPOOL_DISABLE_TOOLS",
+                     help="Do not serve this tool, e.g. bash (repeatable; env "
+                          "TOOLPOOL_DISABLE_TOOLS, space-separated)."),
         click.option("--grace", type=click.FloatRange(0), default=60.0, show_default=True,
                      envvar="TOOLPOOL_STOP_GRACE",
                      help="On SIGINT/SIGTERM, seconds the calls in flight may take to finish "
@@ -93,6 +102,8 @@ def worker_command(
     workers: int,
     tool_specs: tuple[str, ...],
     fork: bool,
+    read_only: bool,
+    disabled_tools: tuple[str, ...],
     grace: float,
     log_level: str,
 ) -> None:
@@ -105,14 +116,15 @@ def worker_command(
     settings = settings_for(redis_url, prefix, workspace=workspace, queue=queue, scope=scope)
     url = require_redis(settings)
     _check_names(settings)
-    _check_tools(tool_specs)
+    served = _served(tool_specs, read_only, disabled_tools)
     _check_redis(url)
     _setup_logging(log_level)
-    pool = _build_pool(url, settings, workers, tool_specs, fork, log_level, grace)
+    pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     click.echo(
-        f"toolpool worker: {workers} worker processes ({_mode(fork)}) on {_shown(url)}, "
+        f"toolpool worker: {workers} worker processes ({_mode(fork)}) on {shown_url(url)}, "
         f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
     )
+    click.echo(f"toolpool worker: {served.describe()}")
     pool.run(on_start=_print_children)
     click.echo("toolpool worker: stopped")
 
@@ -133,6 +145,8 @@ def up_command(
     workers: int,
     tool_specs: tuple[str, ...],
     fork: bool,
+    read_only: bool,
+    disabled_tools: tuple[str, ...],
     grace: float,
     log_level: str,
 ) -> None:
@@ -144,22 +158,23 @@ def up_command(
     """
     settings = settings_for(redis_url, None, workspace=workspace)
     _check_names(settings)
-    _check_tools(tool_specs)
+    served = _served(tool_specs, read_only, disabled_tools)
     _setup_logging(log_level)
     server: RedisServer | None = None
     if settings.redis_url:
         _check_redis(settings.redis_url)
         url = settings.redis_url
-        click.echo(f"toolpool up: Redis at {_shown(url)}")
+        click.echo(f"toolpool up: Redis at {shown_url(url)}")
     else:
         server = _start_private_redis()
         url = server.url
         click.echo(f"toolpool up: private Redis (redis-server pid {server.pid}) at "
                    f"{server.tcp_url} and {server.url}")  # fmt: skip
     try:
-        pool = _build_pool(url, settings, workers, tool_specs, fork, log_level, grace)
+        pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
         click.echo(f"toolpool up: {workers} worker processes ({_mode(fork)}), "
                    f"workspace {settings.workspace}")  # fmt: skip
+        click.echo(f"toolpool up: {served.describe()}")
         if server is not None:
             click.echo("Point orchestrators at this Redis:")
             click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
@@ -179,18 +194,52 @@ _standalone.add_command(worker_command)
 _standalone.add_command(up_command)
 
 
+@dataclass(frozen=True)
+class _Served:
+    """Which tools the pool's workers serve: ``--tools``, ``--read-only``, ``--disable-tool``."""
+
+    tool_specs: tuple[str, ...]
+    read_only: bool
+    disabled: tuple[str, ...]
+    names: tuple[str, ...]
+
+    def describe(self) -> str:
+        how = []
+        if self.read_only:
+            how.append("read-only")
+        if self.disabled:
+            how.append(f"disabled: {', '.join(self.disabled)}")
+        suffix = f" ({'; '.join(how)})" if how else ""
+        return f"serving {', '.join(self.names)}{suffix}"
+
+
+def _served(
+    tool_specs: tuple[str, ...], read_only: bool, disabled_tools: tuple[str, ...]
+) -> _Served:
+    """Load the tools here once, so that a bad --tools or --disable-tool fails now, not in
+    every worker."""
+    disabled = tuple(dict.fromkeys(n for item in disabled_tools for n in item.split()))
+    registry = or_fail(
+        lambda: served_registry(
+            build_registry(tool_specs), read_only=read_only, disabled=frozenset(disabled)
+        )
+    )
+    return _Served(tool_specs, read_only, disabled, tuple(registry.names()))
+
+
 def _build_pool(
     url: str,
     settings: Settings,
     workers: int,
-    tool_specs: tuple[str, ...],
+    served: _Served,
     fork: bool,
     log_level: str,
     grace: float,
 ) -> WorkerPool:
     return or_fail(
-        lambda: WorkerPool(url, settings, workers=workers, tool_specs=tool_specs, forking=fork,
-                           logging_level=log_level, grace=grace)
+        lambda: WorkerPool(url, settings, workers=workers, tool_specs=served.tool_specs,
+                           forking=fork, read_only=served.read_only,
+                           disabled_tools=served.disabled, logging_level=log_level, grace=grace)
     )  # fmt: skip
 
 
@@ -220,13 +269,8 @@ def _check_names(settings: Settings) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _check_tools(tool_specs: tuple[str, ...]) -> None:
-    """Load the tools here once, so that a bad --tools fails now, not in every worker."""
-    or_fail(lambda: build_registry(tool_specs))
-
-
 def _check_redis(url: str) -> None:
-    shown = _shown(url)
+    shown = shown_url(url)
     try:
         client = redis.Redis.from_url(
             url, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0)
@@ -242,15 +286,6 @@ def _check_redis(url: str) -> None:
         ) from None
     finally:
         client.close()
-
-
-def _shown(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _mode(fork: bool) -> str:

@@ -110,7 +110,8 @@ class WorkerPool:
     ``start()`` spawns the children and a supervisor thread; ``stop(grace)`` stops them;
     ``run()`` does both around a wait for SIGINT/SIGTERM (the CLI's foreground mode). Also a
     context manager. ``forking`` picks RQ's forking worker (a process per call) instead of the
-    in-process one. ``env`` adds variables to the children's environment.
+    in-process one. ``read_only`` and ``disabled_tools`` narrow what the children serve
+    (``workers.process.served_registry``). ``env`` adds variables to the children's environment.
     """
 
     def __init__(
@@ -121,6 +122,8 @@ class WorkerPool:
         workers: int = 1,
         tool_specs: Sequence[str] = (),
         forking: bool = False,
+        read_only: bool = False,
+        disabled_tools: Sequence[str] = (),
         logging_level: str = "WARNING",
         grace: float = 60.0,
         check_interval: float = 0.5,
@@ -135,6 +138,8 @@ class WorkerPool:
         )
         self.tool_specs = tuple(tool_specs)
         self.forking = forking
+        self.read_only = read_only
+        self.disabled_tools = tuple(disabled_tools)
         self.logging_level = logging_level.upper()
         self.grace = grace
         self.check_interval = check_interval
@@ -286,6 +291,10 @@ class WorkerPool:
             command += ["--tools", spec]
         if self.forking:
             command.append("--fork")
+        if self.read_only:
+            command.append("--read-only")
+        for name in self.disabled_tools:
+            command += ["--disable-tool", name]
         env = {**os.environ, **self._env, TOKEN_ENV: slot.token}
         try:
             slot.process = subprocess.Popen(

@@ -1,13 +1,22 @@
-"""One worker process: install the runtime, then let an RQ worker take calls."""
+"""One worker process: install the runtime, then let an RQ worker take calls.
+
+A worker may serve fewer tools than the orchestrator knows (``served_registry``: read-only,
+or some tools disabled). The orchestrator validates against its own registry, so such a call
+reaches the worker, whose registry has the last word: it answers ``unknown_tool`` with a
+message that says the tool is not served here and why.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import socket
+from collections.abc import Collection, Iterable, Mapping
 
 from rq.serializers import JSONSerializer
 
+from executor.contract import Tool
+from executor.errors import ConfigurationError, UnknownToolError
 from executor.jobs import call_queue
 from executor.registry import ToolRegistry
 from executor.settings import Settings
@@ -20,6 +29,55 @@ def worker_name(index: int | None = None) -> str:
     """A name unique on the Redis: host, pid, and the pool slot when there is one."""
     slot = f".{index}" if index is not None else ""
     return f"{socket.gethostname()}.{os.getpid()}{slot}"
+
+
+class NotServedError(UnknownToolError):
+    """A call to a tool this worker was started not to serve."""
+
+    def __init__(self, name: str, available: Iterable[str], reason: str) -> None:
+        super().__init__(name, available)
+        self.reason = reason
+        listed = ", ".join(self.available) if self.available else "(none)"
+        self.args = (f"{name} is not served by this worker: {reason}. Tools it serves: {listed}.",)
+
+
+class ServedRegistry(ToolRegistry):
+    """The tools a worker serves, and for each tool it withholds, the reason why."""
+
+    def __init__(self, tools: Iterable[Tool], withheld: Mapping[str, str]) -> None:
+        super().__init__(tools)
+        self.withheld = dict(withheld)
+
+    def get(self, name: str) -> Tool:
+        """The tool called ``name``; ``NotServedError`` if it is withheld here."""
+        reason = self.withheld.get(name)
+        if reason is not None:
+            raise NotServedError(name, self.names(), reason)
+        return super().get(name)
+
+
+def served_registry(
+    registry: ToolRegistry, *, read_only: bool = False, disabled: Collection[str] = ()
+) -> ServedRegistry:
+    """The part of ``registry`` a worker serves: without ``disabled`` tools and, when
+    ``read_only``, without every tool not declared ``is_read_only``.
+
+    A disabled name that is no tool raises ``ConfigurationError``: a typo must not leave the
+    tool it meant served.
+    """
+    unknown = sorted(set(disabled) - set(registry.names()))
+    if unknown:
+        raise ConfigurationError(
+            f"Cannot disable {', '.join(map(repr, unknown))}: no such tool. "
+            f"Tools: {', '.join(registry.names())}."
+        )
+    withheld: dict[str, str] = {}
+    for item in registry:
+        if item.name in disabled:
+            withheld[item.name] = "it is disabled on this worker"
+        elif read_only and not item.is_read_only:
+            withheld[item.name] = "it runs read-only and serves only tools that change nothing"
+    return ServedRegistry((t for t in registry if t.name not in withheld), withheld)
 
 
 def run_worker(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import redis
 
-from executor.cli_common import connection_options, require_redis, settings_for
+from executor.cli_common import connection_options, require_redis, settings_for, shown_url
 from executor.keys import Keys
 from executor.lock.models import LockStatus, OwnerInfo
 from executor.lock.rwlock import RWLock
@@ -78,7 +78,7 @@ def status(redis_url: str | None, prefix: str | None, scope: str | None, as_json
     try:
         snapshot = rwlock.status()
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot read the lock at {url}: {exc}") from None
+        raise click.ClickException(f"Cannot read the lock at {shown_url(url)}: {exc}") from None
     click.echo(snapshot.model_dump_json(indent=2) if as_json else format_status(snapshot))
 
 
@@ -92,7 +92,7 @@ def release(redis_url: str | None, prefix: str | None, scope: str | None, token:
     try:
         ended = rwlock.force_release(token)
     except redis.RedisError as exc:
-        raise click.ClickException(f"Cannot reach the lock at {url}: {exc}") from None
+        raise click.ClickException(f"Cannot reach the lock at {shown_url(url)}: {exc}") from None
     if not ended:
         raise click.ClickException(
             f"Token {token} neither holds nor waits for the lock on scope {rwlock.scope!r}; "

@@ -6,18 +6,24 @@ lock, and also after a normal exit (background children), the whole group is sen
 and, after a short grace, SIGKILL. Nothing the command started in its group outlives the
 call. A process that leaves the group on purpose (``setsid``) escapes; only a cgroup could
 catch it, and the pipes it may hold open are abandoned after a short wait, not waited for.
+
+The command gets only an allow-listed part of the worker's environment (``_BASE_ENV`` plus the
+names in ``Settings.bash_env``): the worker's own variables hold secrets such as the Redis URL
+with its password, and whatever a model's command can read, the model can print.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import fnmatch
 import os
 import selectors
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Annotated
@@ -41,6 +47,14 @@ _FENCE_INTERVAL = 0.5
 _REPORT_MARGIN = 4.0
 _MIN_LIMIT = 0.5
 _READ_CHUNK = 65536
+# What a shell needs to behave normally (find programs, a home, locale, terminal, time zone,
+# temp dir), and nothing that usually holds a credential. TOOLPOOL_POOL_CHILD
+# (workers.reaper.TOKEN_ENV) is no secret: it marks a pool child's processes, and the pool
+# finds what a dead worker's command left running by it.
+_BASE_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ",
+    "TMPDIR", "TOOLPOOL_POOL_CHILD",
+)  # fmt: skip
 
 
 # bash enforces its own limit (the call's ``timeout`` or the settings' default); the runner's
@@ -79,12 +93,26 @@ def bash(
             "cannot run here. Use the file tools (read_file, list_directory, glob, grep) instead."
         )
     run = _ShellRun.start(
-        executable, command, ctx.workspace.root, ctx.settings.bash_max_output_bytes
+        executable,
+        command,
+        ctx.workspace.root,
+        ctx.settings.bash_max_output_bytes,
+        _environment(os.environ, ctx.settings.bash_env),
     )
     try:
         return run.finish(ctx, limit)
     finally:
         run.close()
+
+
+def _environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:
+    """The variables of ``environ`` allowed through: ``_BASE_ENV`` and the ``extra`` names."""
+    patterns = (*_BASE_ENV, *extra.split())
+    return {
+        name: value
+        for name, value in environ.items()
+        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    }
 
 
 def _time_limit(ctx: ToolContext, requested: float | None) -> float:
@@ -153,11 +181,14 @@ class _ShellRun:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(cls, executable: str, command: str, cwd: Path, cap: int) -> _ShellRun:
+    def start(
+        cls, executable: str, command: str, cwd: Path, cap: int, env: dict[str, str]
+    ) -> _ShellRun:
         try:
             process = subprocess.Popen(
                 [executable, "-c", command],
                 cwd=cwd,
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

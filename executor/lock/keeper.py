@@ -12,6 +12,7 @@ Tests may give an ``RWLock`` a keeper of their own and ``close()`` it.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -101,6 +102,22 @@ class LeaseKeeper:
                 self._ensure_thread()
             self._cond.notify_all()
 
+    def flush(self, timeout: float = 2.0) -> bool:
+        """Wait until every lost lease has been reported to Redis; False if some are left.
+
+        The thread is a daemon, so a process that exits right after losing a lease would take
+        the report with it; the shared keeper is flushed at interpreter exit for that reason.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._cond:
+                if not self._reports:
+                    return True
+                if self._closed or time.monotonic() >= deadline:
+                    return False
+                self._cond.notify_all()
+            time.sleep(0.01)
+
     def close(self, timeout: float = 5.0) -> None:
         """Stop the thread; leases it renewed will expire unless renewed by hand."""
         with self._cond:
@@ -182,4 +199,12 @@ def _after_fork_in_child() -> None:
         keeper._reset()
 
 
+def _flush_at_exit() -> None:
+    keeper = _Process.keeper
+    if keeper is not None and not keeper.flush(timeout=2.0):
+        logger.warning("Exiting with %d lost lease(s) not reported to Redis",
+                       keeper.pending_reports)  # fmt: skip
+
+
 os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_flush_at_exit)

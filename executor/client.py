@@ -62,6 +62,7 @@ class _Watch:
     """What collect() has seen of one pending call."""
 
     missing_since: float | None = None
+    deferred_since: float | None = None
 
 
 @dataclass
@@ -323,23 +324,39 @@ class Executor:
     def _find_lost(
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
     ) -> None:
-        """Give a ``worker_lost`` result to started calls whose worker stopped renewing them."""
+        """Answer calls whose job can no longer produce a result, and unblock their turn.
+
+        A started call whose worker stopped renewing it gets ``worker_lost``; a job RQ ended
+        without a result (failed, stopped) gets it at once; and a call still waiting on
+        earlier calls that all have results has its parents' jobs ended (their worker died
+        after storing the result, before RQ recorded the job's end).
+        """
         for index, rq_id in plan.job_ids.items():
             call_id = plan.call_ids[index]
             if call_id in results:
                 continue
             status = job_status(self.client, rq_id)
-            alive = self.client.exists(self.keys.running(call_id))
             watch = watches[call_id]
-            if status not in (JobStatus.STARTED, JobStatus.CANCELED, None) or alive:
-                watch.missing_since = None
+            if status is JobStatus.DEFERRED:
+                # Parents normally end milliseconds after storing their result; only a
+                # deferral that outlasts a liveness period means a parent's worker died.
+                now = time.monotonic()
+                watch.deferred_since = watch.deferred_since or now
+                if now - watch.deferred_since >= self.settings.call_liveness_s:
+                    self._end_answered_parents(plan, index, results)
                 continue
-            now = time.monotonic()
-            watch.missing_since = watch.missing_since or now
-            # The key's expiry already proves call_liveness_s without a heartbeat; the grace
-            # only covers a job that RQ has started and whose worker has not set it yet.
-            if now - watch.missing_since < 2 * self.settings.call_heartbeat_s:
-                continue
+            ended_without_result = status in (JobStatus.FAILED, JobStatus.STOPPED)
+            if not ended_without_result:
+                alive = self.client.exists(self.keys.running(call_id))
+                if status not in (JobStatus.STARTED, JobStatus.CANCELED, None) or alive:
+                    watch.missing_since = None
+                    continue
+                now = time.monotonic()
+                watch.missing_since = watch.missing_since or now
+                # The key's expiry already proves call_liveness_s without a heartbeat; the
+                # grace only covers a job RQ has started whose worker has not set it yet.
+                if now - watch.missing_since < 2 * self.settings.call_heartbeat_s:
+                    continue
             lost = _error(
                 call_id, plan.tools[index], ErrorType.WORKER_LOST,
                 f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
@@ -352,6 +369,19 @@ class Executor:
             stored = self.results.get(call_id)
             if stored is not None:
                 results[call_id] = stored
+
+    def _end_answered_parents(
+        self, plan: TurnPlan, index: int, results: dict[str, ToolResult]
+    ) -> None:
+        position = next(i for i, batch in enumerate(plan.batches) if index in batch)
+        if position == 0:
+            return
+        parents = plan.batches[position - 1]
+        parent_ids = [plan.call_ids[i] for i in parents]
+        known = {**results, **self.results.get_many([c for c in parent_ids if c not in results])}
+        if all(call_id in known for call_id in parent_ids):
+            for parent in parents:
+                end_lost_job(self.client, plan.job_ids[parent])
 
     def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
         for index in plan.job_ids:

@@ -7,7 +7,9 @@ does escapes as an exception.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +34,8 @@ from executor.settings import Settings
 from executor.truncation import truncate
 from executor.workspace import Workspace
 
+log = logging.getLogger(__name__)
+
 # Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
 CLEANUP_GRACE = 5.0
 
@@ -47,6 +51,10 @@ class Held(Protocol):
     @property
     def lost(self) -> bool:
         """True once the guard no longer protects the call."""
+
+    @property
+    def committed(self) -> bool:
+        """True once a fence check passed: the tool's side effect landed under the guard."""
 
 
 Guard = Callable[[Tool, ToolCall], AbstractContextManager[Held]]
@@ -115,22 +123,37 @@ def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> To
     tool, arguments = checked
     if env.guard is None:
         return _execute(call, tool, arguments, env, started, env.fence)
+    stack = contextlib.ExitStack()
     try:
-        with env.guard(tool, call) as held:
-            result = _execute(call, tool, arguments, env, started, held.check_fence)
-            if held.lost and not result.is_error:
-                # Under a lost lease another call may have changed what this one saw.
-                return _finish(
-                    call, tool, env.settings, started, ErrorType.LOCK_LOST,
-                    f"The lock was lost while {tool.name!r} ran, so its result may be "
-                    "inconsistent with concurrent changes. Call it again.",
-                )  # fmt: skip
-            return result
+        held = stack.enter_context(env.guard(tool, call))
     except ToolpoolError as exc:
+        # Only a failure to enter the guard means the tool did not run.
         return _finish(
             call, tool, env.settings, started, ErrorType.LOCK_UNAVAILABLE,
             f"{tool.name!r} did not run: {exc} Try again later.",
         )  # fmt: skip
+    try:
+        result = _execute(call, tool, arguments, env, started, held.check_fence)
+    finally:
+        try:
+            stack.close()
+        except Exception:
+            # The tool has run; failing to leave the guard must not change its answer.
+            log.exception("toolpool: leaving the guard of call %s failed", call.id)
+    if held.lost and not result.is_error and not held.committed:
+        # Under a lost lease another call may have changed what this one saw or did. A tool
+        # whose commit passed the fence (write_file, edit_file) landed under the lock: its
+        # success stands.
+        advice = (
+            "Call it again." if tool.is_read_only
+            else "Check its effects before calling it again."
+        )  # fmt: skip
+        return _finish(
+            call, tool, env.settings, started, ErrorType.LOCK_LOST,
+            f"{tool.name!r} ran, but the lock was lost while it ran, so its result may be "
+            f"inconsistent with concurrent changes. {advice}",
+        )  # fmt: skip
+    return result
 
 
 def _execute(

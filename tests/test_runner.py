@@ -185,3 +185,59 @@ def test_per_tool_limit_applies(workspace: Workspace) -> None:
     result = run_call(ToolCall(name="wordy"), ToolRegistry([wordy]),
                       CallEnvironment(workspace=workspace))  # fmt: skip
     assert result.dropped_chars == 990
+
+
+class _Guard:
+    """A guard as the worker's, without Redis: scripted loss, commit and exit failure."""
+
+    def __init__(self, *, lose: bool = False, fail_exit: bool = False) -> None:
+        self.lose = lose
+        self.fail_exit = fail_exit
+        self.committed = False
+
+    def __call__(self, tool: object, call: ToolCall) -> _Guard:
+        return self
+
+    def __enter__(self) -> _Guard:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.fail_exit:
+            raise ToolError("could not release")
+
+    def check_fence(self) -> None:
+        self.committed = True
+
+    @property
+    def lost(self) -> bool:
+        return self.lose
+
+
+def test_a_guard_that_fails_on_exit_does_not_turn_a_run_call_into_did_not_run(
+    workspace: Workspace,
+) -> None:
+    env = CallEnvironment(workspace=workspace, guard=_Guard(fail_exit=True))
+    result = run_call(ToolCall(name="echo", arguments={"text": "ran"}), registry, env)
+    assert (result.status, result.content) == (ToolStatus.OK, "ran")
+
+
+def test_a_commit_that_passed_the_fence_keeps_its_success_when_the_lock_is_lost_later(
+    workspace: Workspace,
+) -> None:
+    env = CallEnvironment(workspace=workspace, guard=_Guard(lose=True))
+    result = run_call(ToolCall(name="fenced"), registry, env)
+    assert (result.status, result.content) == (ToolStatus.OK, "committed")
+
+
+def test_a_lost_lock_without_a_commit_asks_to_check_effects_or_to_read_again(
+    workspace: Workspace,
+) -> None:
+    env = CallEnvironment(workspace=workspace, guard=_Guard(lose=True))
+    read = run_call(ToolCall(name="echo", arguments={"text": "x"}), registry, env)
+    assert read.error_type is ErrorType.LOCK_LOST
+    assert read.content.endswith("Call it again.")
+    wrote = run_call(ToolCall(name="crash"), registry, env)
+    assert wrote.error_type is ErrorType.UNEXPECTED_ERROR  # errors stay as they are
+    ran = run_call(ToolCall(name="structured"), registry, env)
+    assert ran.error_type is ErrorType.LOCK_LOST
+    assert ran.content.endswith("Check its effects before calling it again.")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from executor import ErrorType, Settings, ToolCall, ToolStatus
 from executor.client import Executor
+from executor.events import read_events
 from workers import builtin_registry
 from workers.process import run_worker
 
@@ -48,3 +49,26 @@ def test_answered_calls_are_kept_in_the_plan_for_other_collectors(
         bad, calc = collector.collect(turn.turn_id, timeout=10)
     assert bad.error_type is ErrorType.INVALID_ARGUMENTS
     assert calc.content == "2*21 = 42"
+
+
+def test_events_carry_long_arguments_cut_and_the_call_keeps_them_whole(
+    redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    content = "x" * 50_000
+    with Executor(settings=settings) as executor:
+        arguments = {"path": "big.txt", "content": content}
+        turn = executor.submit([ToolCall(id="big-write", name="write_file", arguments=arguments)])
+        run_worker(redis_url, settings, builtin_registry(), burst=True)
+        (result,) = executor.collect(turn, timeout=10)
+        started = [
+            item
+            for _, item in read_events(executor.client, executor.keys)
+            if item.event == "tool_execution_started" and item.call_id == "big-write"
+        ]
+    assert result.content == "Successfully wrote 50000 bytes to big.txt"
+    assert (tmp_path / "big.txt").read_text() == content
+    (event,) = started
+    shown = event.data["arguments"]["content"]
+    assert len(shown) < 2100
+    assert "48000 characters, 1 line dropped" in shown

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 from rq import Queue, SimpleWorker, Worker
-from rq.exceptions import InvalidJobOperation
+from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job
 
 from executor.events import EventLog
@@ -33,8 +33,13 @@ _HOOK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callb
 
 def refusal_reason(connection: redis.Redis, job: Job) -> str | None:
     """Why ``job`` must not run, or None if it is a plain toolpool call."""
-    if job.func_name != ENTRY_POINT:
-        return f"function {job.func_name!r} is not toolpool's entry point {ENTRY_POINT!r}"
+    try:
+        func_name = job.func_name
+    except DeserializationError:
+        # A worker that let this escape would quit: RQ's work loop ends on any exception.
+        return "the job's data is not JSON (toolpool jobs carry one JSON call payload)"
+    if func_name != ENTRY_POINT:
+        return f"function {func_name!r} is not toolpool's entry point {ENTRY_POINT!r}"
     hooks = connection.hmget(job.key, list(_HOOK_FIELDS))
     present = [name for name, value in zip(_HOOK_FIELDS, hooks, strict=True) if value]
     if present:

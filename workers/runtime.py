@@ -24,17 +24,20 @@ from executor.contract import Tool
 from executor.errors import FenceError
 from executor.events import EventLog
 from executor.keys import Keys
-from executor.lock import EXCLUSIVE, SHARED, Lease, LockTimeout, OwnerInfo, RWLock
+from executor.lock import EXCLUSIVE, SHARED, Lease, LockError, LockTimeout, OwnerInfo, RWLock
 from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus
 from executor.registry import ToolRegistry
 from executor.results import ResultStore
 from executor.runner import CallEnvironment, Held, run_call
 from executor.settings import Settings
+from executor.truncation import truncate
 from executor.turns import CallJob
 from executor.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
+# Longest string argument an event carries (the call itself keeps the whole).
+_EVENT_ARGUMENT_CHARS = 2000
 # How long a worker keeps trying to store a result while Redis does not answer.
 _PUBLISH_PATIENCE_S = 30.0
 
@@ -156,7 +159,7 @@ class WorkerRuntime:
             fence=lease.fence, waited_ms=waited_ms,
         )  # fmt: skip
         self.events.defer("tool_execution_started", call_id=call.id, turn_id=turn_id,
-                          tool=tool.name, arguments=call.arguments)  # fmt: skip
+                          tool=tool.name, arguments=_brief(call.arguments))  # fmt: skip
         self.events.flush()
         try:
             yield _LeaseHeld(lease)
@@ -167,7 +170,9 @@ class WorkerRuntime:
             released_at = time.time()
             try:
                 released = lease.release()
-            except redis.RedisError as exc:
+            except (redis.RedisError, LockError) as exc:
+                # The call has run: a release that fails must not turn its result into "did
+                # not run". The lease ends by itself when it expires.
                 log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
             self.events.defer("lock_released", call_id=call.id, turn_id=turn_id, tool=tool.name,
                               mode=mode, fence=lease.fence, held=released,
@@ -204,12 +209,14 @@ class _LeaseHeld:
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
+        self.committed = False
 
     def check_fence(self) -> None:
         if self._lease.fence is not None:
             self._lease.assert_fenced()
         elif self._lease.lost:
             raise FenceError(f"The shared lock was lost ({self._lease.lost_reason}).")
+        self.committed = True
 
     @property
     def lost(self) -> bool:
@@ -266,6 +273,14 @@ class _Heartbeat:
                 cancelled.set()
         except redis.RedisError as exc:
             log.warning("toolpool: call heartbeat failed: %s", exc)
+
+
+def _brief(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments for an event: long strings cut, so a 10 MB write does not fill the stream."""
+    return {
+        name: truncate(value, _EVENT_ARGUMENT_CHARS).text if isinstance(value, str) else value
+        for name, value in arguments.items()
+    }
 
 
 def _cancelled(call: ToolCall) -> ToolResult:

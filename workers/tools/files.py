@@ -87,7 +87,7 @@ def write_file(
     """Create a file or replace its whole content. Missing parent directories are created."""
     target = ctx.workspace.resolve(path)
     shown = ctx.workspace.relative(target)
-    if target.is_dir():
+    if _is_dir(target, shown):
         raise ToolError(
             f"{shown} is a directory; write_file writes files. Give a file path inside it."
         )
@@ -167,11 +167,15 @@ def list_directory(
     """List a directory's entries, sorted; directories end in "/", links show "name -> target"."""
     resolved = ctx.workspace.resolve(path)
     shown = ctx.workspace.relative(resolved)
-    if not resolved.exists():
+    try:
+        is_dir = stat.S_ISDIR(resolved.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
         raise ToolError(
             f"Directory not found: {shown}. Check the path with list_directory on its parent."
-        )
-    if not resolved.is_dir():
+        ) from None
+    except OSError as exc:  # a name too long, a link loop, no permission
+        raise ToolError(f"Cannot open {shown}: {exc.strerror}.") from None
+    if not is_dir:
         raise ToolError(f"{shown} is a file, not a directory. Use read_file to read it.")
     try:
         with os.scandir(resolved) as entries:
@@ -211,6 +215,15 @@ def _existing_file(ctx: ToolContext, path: str) -> tuple[Path, str]:
     if not stat.S_ISREG(mode):
         raise ToolError(f"{shown} is not a regular file (a pipe, socket or device).")
     return resolved, shown
+
+
+def _is_dir(resolved: Path, shown: str) -> bool:
+    try:
+        return stat.S_ISDIR(resolved.stat().st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:  # Path.is_dir() raises these too: a name too long, a link loop
+        raise ToolError(f"Cannot write {shown}: {exc.strerror}.") from None
 
 
 def _is_binary(resolved: Path, shown: str) -> bool:

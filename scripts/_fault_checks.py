@@ -1,0 +1,387 @@
+"""The fault run's checks: what its records and the event stream must show after the run.
+
+Each check returns a ``CheckResult`` (violations and notes); ``report`` prints them as a table.
+Times are wall-clock seconds (``time.time()``) on one host, so the harness's records, the
+file observer and the workers' events compare directly.
+
+Hold intervals run from the ``lock_acquired`` event's ts (stamped after the grant) to the
+``lock_released`` event's ``released_at`` (stamped before the release is sent): each is inside
+the true hold, so two reported intervals that overlap prove that the true holds overlapped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from executor.events import Event
+
+WRITE_TOOLS = frozenset({"write_file", "edit_file"})
+EDIT_LOG = "edits.log"
+EDIT_LOG_START = "edits:\nEND\n"
+_DID_NOT_RUN = frozenset({"lock_unavailable", "cancelled", "rejected"})
+
+
+def payload(call_id: str, repeats: int) -> str:
+    """A write's content: ``writer=<call id>;`` lines and a checksum line, so tears show."""
+    body = "\n".join([f"writer={call_id};"] * max(1, repeats))
+    return f"{body}\nsum={_digest(body)}\n"
+
+
+def payload_writer(text: str) -> str | None:
+    """The call id of a whole payload, or None if ``text`` is torn, mixed or not a payload."""
+    body, sep, tail = text.rpartition("\nsum=")
+    if not sep or tail != _digest(body) + "\n":
+        return None
+    lines = set(body.split("\n"))
+    if len(lines) != 1:
+        return None
+    line = lines.pop()
+    if not (line.startswith("writer=") and line.endswith(";")):
+        return None
+    return line[len("writer=") : -1]
+
+
+def edit_ids(text: str) -> list[str] | None:
+    """The call ids recorded in the edit log, in order; None if it is malformed."""
+    lines = text.split("\n")
+    if len(lines) < 3 or lines[0] != "edits:" or lines[-2:] != ["END", ""]:
+        return None
+    ids = [line[2:] for line in lines[1:-2] if line.startswith("e=")]
+    return ids if len(ids) == len(lines) - 3 else None
+
+
+def _digest(body: str) -> str:
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+# Faults this run found in toolpool's core, reported to the lead and not fixed yet: their
+# violations are still counted and printed, marked with the id, so a run can tell them from
+# new ones. Remove an entry once its fix has landed.
+# Faults the harness found that are not fixed yet (F1 and F3 are: the release of a lease that
+# fails no longer turns a call that ran into "did not run", and a commit that passed the fence
+# keeps its success when the lease is lost afterwards). A violation matching one is printed
+# but does not fail the run; anything else does.
+KNOWN_FAULTS: dict[str, tuple[str, ...]] = {
+    # An RQ job left started when Redis died during its finalisation; the turn's later calls
+    # stay deferred and time out.
+    "F2": ("started or deferred",),
+    # The fence check and the rename are two steps: a pause between them lands the write after
+    # the lease ended and another holder was granted, overwriting acknowledged writes.
+    "F4": ("landed after the next grant", "succeeded but is not in"),
+    # A worker killed between RQ's dequeue and the job's start leaves it in RQ's intermediate
+    # queue; no one answers the call before the collect timeout (F2 also ends this way).
+    "F5": ("answered timeout",),
+}
+
+
+def known_fault(violation: str) -> str | None:
+    """The id of the known fault a violation belongs to, or None for a new one."""
+    return next((key for key, texts in KNOWN_FAULTS.items()
+                 if any(text in violation for text in texts)), None)  # fmt: skip
+
+
+@dataclass
+class CallRecord:
+    """One call as the harness submitted it and what ``collect`` gave back."""
+
+    call_id: str
+    tool: str
+    path: str = ""
+    submitted_at: float = 0.0
+    status: str | None = None
+    error_type: str | None = None
+    stored: tuple[str, str | None] | None = None  # (status, error_type) read back from Redis
+    message: str = ""  # the start of an error result's text
+
+
+@dataclass
+class Fault:
+    """One injected fault: kind, when, whom."""
+
+    kind: str
+    start: float
+    end: float
+    pid: int = 0
+    call_id: str = ""
+    note: str = ""
+
+
+@dataclass
+class Sighting:
+    """The observer saw ``writer`` in a file at ``seen``; its previous look was at ``before``."""
+
+    path: str
+    writer: str | None
+    before: float
+    seen: float
+
+
+@dataclass
+class EndState:
+    """What the harness found once the load stopped."""
+
+    lock_holders: int = 0
+    lock_waiters: int = 0
+    queued_jobs: int = 0
+    started_jobs: int = 0
+    bash_left: list[int] = field(default_factory=list)
+    processes_left: list[int] = field(default_factory=list)
+    stuck_jobs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckResult:
+    name: str
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Hold:
+    call_id: str
+    tool: str
+    mode: str
+    pid: int
+    start: float
+    end: float | None = None
+    held: bool | None = None  # False: lease lost; None: killed or no release event
+    lost_event: bool = False
+
+
+def check_holds(
+    events: list[Event], records: dict[str, CallRecord], faults: list[Fault],
+    sightings: list[Sighting],
+) -> CheckResult:  # fmt: skip
+    """Check 1: no exclusive hold overlapped another while its lease was valid."""
+    out = CheckResult("1 exclusive holds never overlap")
+    holds = _holds(events, faults)
+    first_seen = _first_landing(sightings)
+    open_ended = [h for h in holds.values() if h.end is None]
+    ordered = sorted((h for h in holds.values() if h.end is not None), key=lambda h: h.start)
+    overlaps = excused = 0
+    reported: set[str] = set()
+    for i, early in enumerate(ordered):
+        assert early.end is not None
+        for late in ordered[i + 1 :]:
+            if late.start >= early.end:
+                break
+            if "exclusive" not in (early.mode, late.mode):
+                continue
+            overlaps += 1
+            verdict = _judge(early, late, first_seen)
+            if verdict is None:
+                excused += 1
+            elif early.call_id not in reported:  # one line per holder, at its first overlap
+                reported.add(early.call_id)
+                out.violations.append(verdict)
+    out.notes.append(
+        f"holds {len(holds)}, overlaps {overlaps} (the earlier lease lost: "
+        f"{excused} excused: no write of it landed after the next grant)"
+    )
+    if open_ended:
+        out.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
+                         "while Redis was down); not checkable")  # fmt: skip
+    lost_writes = [
+        h for h in holds.values()
+        if h.held is False and h.tool in WRITE_TOOLS
+        and (rec := records.get(h.call_id)) is not None and rec.status == "ok"
+    ]  # fmt: skip
+    lost = sum(h.held is False for h in holds.values())
+    out.notes.append(f"lost leases {lost}, of which writes answered ok (committed before "
+                     f"the loss): {len(lost_writes)}")  # fmt: skip
+    return out
+
+
+def _holds(events: list[Event], faults: list[Fault]) -> dict[str, _Hold]:
+    killed = {f.pid: f.start for f in faults if f.kind.startswith("kill") and f.pid}
+    holds: dict[str, _Hold] = {}
+    for item in events:
+        if item.event == "lock_acquired":
+            holds[item.call_id] = _Hold(item.call_id, item.tool, str(item.data.get("mode")),
+                                        item.pid, item.ts)  # fmt: skip
+        elif item.event == "lock_released" and item.call_id in holds:
+            hold = holds[item.call_id]
+            hold.end = float(item.data.get("released_at", item.ts))
+            hold.held = bool(item.data.get("held"))
+        elif item.event == "lock_lost" and item.call_id in holds:
+            holds[item.call_id].lost_event = True
+    for hold in holds.values():
+        if hold.end is None and hold.pid in killed and killed[hold.pid] >= hold.start:
+            hold.end = killed[hold.pid]
+    return holds
+
+
+def _first_landing(sightings: list[Sighting]) -> dict[str, Sighting]:
+    """For each writer (payload or edit id), the first time the observer saw its write."""
+    first: dict[str, Sighting] = {}
+    for seen in sightings:
+        if seen.writer is not None and seen.writer not in first:
+            first[seen.writer] = seen
+    return first
+
+
+def _judge(early: _Hold, late: _Hold, first_seen: dict[str, Sighting]) -> str | None:
+    """None if the overlap is allowed (the earlier lease was lost and fenced), else why not."""
+    label = f"{early.tool} {early.call_id} [{early.start:.3f}..{early.end:.3f}] vs " \
+            f"{late.tool} {late.call_id} from {late.start:.3f}"  # fmt: skip
+    if early.held is True:
+        return f"both leases valid: {label}"
+    if early.tool not in WRITE_TOOLS:
+        return None  # read-only or bash; bash touches no shared file in this run
+    # A write the observer never saw was overwritten before it looked: nothing to hold against.
+    landing = first_seen.get(early.call_id)
+    if landing is not None and landing.before > late.start:
+        return f"a lost holder's write landed after the next grant: {label}"
+    return None
+
+
+def check_results(
+    records: dict[str, CallRecord], events: list[Event], final_edit_log: str | None,
+    bash_ran: list[str],
+) -> CheckResult:  # fmt: skip
+    """Check 2: one result per call, none lost, none run twice, none run but said not to."""
+    out = CheckResult("2 one result per call")
+    for call_id, count in Counter(bash_ran).items():
+        rec = records.get(call_id)
+        if count > 1 and (rec is None or rec.error_type != "worker_lost"):
+            out.violations.append(f"bash {call_id} ran {count} times")
+        if rec is not None and rec.error_type in _DID_NOT_RUN:
+            out.violations.append(f"bash {call_id} answered {rec.error_type} ('did not run') "
+                                  "but it ran")  # fmt: skip
+    missing = [r.call_id for r in records.values() if r.status is None]
+    out.violations += [f"no result for {c}" for c in missing]
+    for rec in records.values():
+        if rec.status is not None and rec.stored != (rec.status, rec.error_type):
+            out.violations.append(f"{rec.call_id}: collected {rec.status}/{rec.error_type} "
+                                  f"but Redis holds {rec.stored}")  # fmt: skip
+    for rec in records.values():
+        if rec.error_type == "timeout":
+            out.violations.append(f"{rec.tool} {rec.call_id} answered timeout: stuck until the "
+                                  "collect timeout")  # fmt: skip
+    starts = Counter(e.call_id for e in events if e.event == "tool_execution_started")
+    for call_id, count in starts.items():
+        rec = records.get(call_id)
+        if count > 1 and (rec is None or rec.error_type != "worker_lost"):
+            out.violations.append(f"{call_id} started {count} times")
+    said_not_run = [c for c, n in starts.items() if n and c in records
+                    and records[c].error_type in _DID_NOT_RUN]  # fmt: skip
+    if said_not_run:
+        out.notes.append(f"{len(said_not_run)} calls started but were answered 'did not run': "
+                         + ", ".join(f"{records[c].tool} {c} ({records[c].error_type})"
+                                     for c in said_not_run[:5]))  # fmt: skip
+    if final_edit_log is not None:
+        ids = edit_ids(final_edit_log) or []
+        for call_id, count in Counter(ids).items():
+            if count > 1:
+                out.violations.append(f"edit {call_id} landed {count} times")
+    kinds = Counter(f"{r.status}/{r.error_type}" if r.error_type else str(r.status)
+                    for r in records.values())  # fmt: skip
+    out.notes.append(f"calls {len(records)}, lost {len(missing)}, outcomes: "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))  # fmt: skip
+    return out
+
+
+def check_files(
+    finals: dict[str, str], sightings: list[Sighting], records: dict[str, CallRecord]
+) -> CheckResult:
+    """Check 3: every file (and every observed state of it) is whole; no edit is lost."""
+    out = CheckResult("3 files whole, no lost update")
+    for path, text in finals.items():
+        if path == EDIT_LOG:
+            ids = edit_ids(text)
+            if ids is None:
+                out.violations.append(f"{path} is malformed at the end")
+                continue
+            landed = set(ids)
+            for rec in (r for r in records.values() if r.tool == "edit_file"):
+                if rec.status == "ok" and rec.call_id not in landed:
+                    out.violations.append(f"edit {rec.call_id} succeeded but is not in {path}")
+            out.notes.append(f"{path}: {len(ids)} edits")
+        elif payload_writer(text) is None and text != "":
+            out.violations.append(f"{path} is torn or mixed at the end: {text[:80]!r}")
+    torn = [s for s in sightings if s.writer == "TORN"]
+    out.violations += [f"observer saw {s.path} torn at {s.seen:.3f}" for s in torn[:20]]
+    landed = {s.writer for s in sightings if s.writer is not None}
+    if EDIT_LOG in finals:
+        landed.update(edit_ids(finals[EDIT_LOG]) or [])
+    for rec in records.values():
+        if rec.error_type != "lock_lost" or rec.call_id not in landed:
+            continue
+        if "not committed" in rec.message:
+            out.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, yet "
+                                  "it landed")  # fmt: skip
+        else:
+            out.violations.append(f"{rec.tool} {rec.call_id} committed, then answered lock_lost "
+                                  "('Call it again')")  # fmt: skip
+    for rec in records.values():
+        # These answers tell the model the call did not run, so it may call it again.
+        if rec.error_type in _DID_NOT_RUN and rec.call_id in landed:
+            out.violations.append(f"{rec.tool} {rec.call_id} answered {rec.error_type} "
+                                  "('did not run') but its write landed")  # fmt: skip
+    out.notes.append(f"files {len(finals)}, observed states {len(sightings)}")
+    return out
+
+
+def check_end(state: EndState) -> CheckResult:
+    """Check 4: lock free, queue empty, no process left behind."""
+    out = CheckResult("4 clean end")
+    if state.lock_holders or state.lock_waiters:
+        out.violations.append(f"lock: {state.lock_holders} holders, {state.lock_waiters} waiters")
+    if state.queued_jobs or state.started_jobs:
+        out.violations.append(f"queue: {state.queued_jobs} queued, {state.started_jobs} started "
+                              f"or deferred: {state.stuck_jobs[:6]}")  # fmt: skip
+    if state.bash_left:
+        out.violations.append(f"bash processes left after the load: {state.bash_left}")
+    if state.processes_left:
+        out.violations.append(f"processes left after the stop: {state.processes_left}")
+    return out
+
+
+def recovery_times(events: list[Event], faults: list[Fault]) -> dict[str, list[float]]:
+    """Check 5: holder death -> next grant, and worker death -> its call's error result."""
+    grants = sorted((e.ts, e.pid) for e in events if e.event == "lock_acquired")
+    started_by = {e.call_id: e.pid for e in events if e.event == "tool_execution_started"}
+    lost_at = {e.call_id: e.ts for e in events if e.event == "call_lost"}
+    times: dict[str, list[float]] = {}
+    for fault in faults:
+        if fault.kind in ("kill_holder", "stop_holder", "cut_holder") and fault.pid:
+            after = [ts for ts, pid in grants if ts >= fault.start and pid != fault.pid]
+            if after:
+                times.setdefault(f"{fault.kind}: next grant", []).append(after[0] - fault.start)
+        if fault.kind.startswith("kill") and fault.pid:
+            for call_id, pid in started_by.items():
+                if pid == fault.pid and call_id in lost_at and lost_at[call_id] >= fault.start:
+                    times.setdefault("worker death: error result", []).append(
+                        lost_at[call_id] - fault.start
+                    )
+    return times
+
+
+def report(
+    checks: list[CheckResult], faults: list[Fault], times: dict[str, list[float]],
+    figures: dict[str, Any],
+) -> str:  # fmt: skip
+    """The printed table."""
+    lines = ["", "== fault run =="]
+    lines += [f"{key:<28} {value}" for key, value in figures.items()]
+    kinds = Counter(f.kind for f in faults)
+    injected = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+    lines.append(f"{'faults injected':<28} {injected}")
+    lines.append("")
+    lines.append(f"{'check':<34} {'violations':>10}")
+    for check in checks:
+        lines.append(f"{check.name:<34} {len(check.violations):>10}")
+        lines += [f"    note: {n}" for n in check.notes]
+        for violation in check.violations[:15]:
+            known = known_fault(violation)
+            lines.append(f"    VIOLATION{f' (known {known})' if known else ''}: {violation}")
+    lines.append("")
+    lines.append(f"{'5 recovery (s)':<34} {'n':>4} {'median':>8} {'max':>8}")
+    for name, values in sorted(times.items()):
+        lines.append(f"  {name:<32} {len(values):>4} {statistics.median(values):>8.3f} "
+                     f"{max(values):>8.3f}")  # fmt: skip
+    return "\n".join(lines)

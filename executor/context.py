@@ -11,7 +11,7 @@ from executor.settings import Settings
 from executor.workspace import Workspace
 
 
-def _no_fence() -> None:
+def no_fence() -> None:
     """The fence of a call that holds no distributed lock: always passes."""
 
 
@@ -31,7 +31,7 @@ class ToolContext:
     tool_name: str = ""
     deadline: float = float("inf")
     cancelled: threading.Event = field(default_factory=threading.Event)
-    fence: Callable[[], None] = _no_fence
+    fence: Callable[[], None] = no_fence
 
     def check_fence(self) -> None:
         """Raise ``FenceError`` if this call's writes must no longer land."""

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,7 +49,7 @@ class Event(BaseModel):
 
 
 class EventLog:
-    """Writes events to the capped stream and, optionally, to a local JSONL file.
+    """Writes events to the capped stream.
 
     Emitting never fails a call: a Redis error is logged and the event is dropped, since the
     call's result matters more than its trace.
@@ -62,7 +62,6 @@ class EventLog:
         *,
         maxlen: int = 10_000,
         worker: str = "",
-        jsonl: TextIO | None = None,
     ) -> None:
         self.client = client
         self.key = keys.events
@@ -70,7 +69,6 @@ class EventLog:
         self.worker = worker
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self._jsonl = jsonl
         self._lock = threading.Lock()
         self._pending: list[Event] = []
 
@@ -95,7 +93,7 @@ class EventLog:
         return item
 
     def flush(self) -> None:
-        """Write the queued events, in order, to the stream (and the JSONL file)."""
+        """Write the queued events, in order, to the stream."""
         with self._lock:
             pending, self._pending = self._pending, []
         if not pending:
@@ -109,10 +107,6 @@ class EventLog:
                     pipe.execute()
             except redis.RedisError as exc:
                 log.warning("toolpool: could not record %d event(s): %s", len(lines), exc)
-        if self._jsonl is not None:
-            with self._lock:
-                self._jsonl.write("".join(line + "\n" for line in lines))
-                self._jsonl.flush()
 
 
 def read_events(

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from executor.context import ToolContext, _no_fence
+from executor.context import ToolContext, no_fence
 from executor.contract import Tool
 from executor.errors import (
     FenceError,
@@ -72,7 +72,7 @@ class CallEnvironment:
 
     workspace: Workspace
     settings: Settings = field(default_factory=Settings)
-    fence: Callable[[], None] = _no_fence
+    fence: Callable[[], None] = no_fence
     cancelled: threading.Event | None = None
     keep_full_output: KeepFullOutput | None = None
     guard: Guard | None = None

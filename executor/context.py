@@ -23,6 +23,10 @@ class ToolContext:
     (the rename of a written file): under the distributed lock it raises ``FenceError`` once
     this call no longer holds the exclusive lease. ``cancelled`` is set when the call's time is
     up or the call was cancelled; long-running tools should poll it.
+
+    A tool makes its side effect visible inside ``commit_gate`` and sets ``committed`` there;
+    the runner stops a call that ran out of time through ``stop()``, which waits for a commit in
+    flight, so a call is never answered "stopped" while its write lands a moment later.
     """
 
     workspace: Workspace
@@ -32,10 +36,18 @@ class ToolContext:
     deadline: float = float("inf")
     cancelled: threading.Event = field(default_factory=threading.Event)
     fence: Callable[[], None] = no_fence
+    commit_gate: threading.Lock = field(default_factory=threading.Lock)
+    committed: bool = False
 
     def check_fence(self) -> None:
         """Raise ``FenceError`` if this call's writes must no longer land."""
         self.fence()
+
+    def stop(self) -> bool:
+        """Cancel the call once no commit is in flight; True if its side effect has landed."""
+        with self.commit_gate:
+            self.cancelled.set()
+            return self.committed
 
     def remaining(self) -> float:
         """Seconds left before the call's deadline (``inf`` without one)."""

@@ -184,11 +184,15 @@ def _execute(
     )  # fmt: skip
     thread.start()
     thread.join(limit)
+    if thread.is_alive() and context.stop():
+        # Its write landed just as the time ran out: the tool is only returning, and its
+        # answer is the truth, where "stopped" would have the model redo a done write.
+        thread.join(CLEANUP_GRACE)
     if thread.is_alive():
-        context.cancelled.set()
+        landed = " after its write was committed" if context.committed else ""
         return _finish(
             call, tool, env.settings, started, ErrorType.TIMEOUT,
-            f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped. "
+            f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped{landed}. "
             "Try a smaller request.",
         )  # fmt: skip
     if outcome.error is not None:

@@ -9,6 +9,8 @@ controls: what a plain RQ worker runs, a toolpool worker must not.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +19,7 @@ from pydantic import Field
 
 from executor import ToolContext, ToolError, ToolRegistry, tool
 from workers import builtin_registry
+from workers.tools._atomic import replace_file
 
 # Long enough for a second worker to start its read before the first one answers.
 SLOW_READ_MS = 300
@@ -58,6 +61,31 @@ def echo(text: Annotated[str, Field(description="What to send back.")]) -> str:
     return text
 
 
+@tool
+def write_then_freeze(
+    ctx: ToolContext,
+    path: Annotated[str, Field(description="File to write, relative to the workspace.")],
+    content: Annotated[str, Field(description="What to write.")],
+    pid_file: Annotated[str, Field(description="Absolute path; gets this process's id.")],
+) -> str:
+    """write_file that stops its own process (SIGSTOP) between the fence check and the rename.
+
+    The worst moment for a pause: the fence has just passed, the rename has not happened. The
+    test lets the lease run out, lets another worker take the lock, and then sends SIGCONT.
+    """
+    passed = ctx.fence
+
+    def fence_then_freeze() -> None:
+        passed()
+        ctx.fence = passed  # only the first check freezes
+        Path(pid_file).write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+    ctx.fence = fence_then_freeze
+    replace_file(ctx, ctx.workspace.resolve(path), content.encode())
+    return f"wrote {path}"
+
+
 @tool(name="echo", concurrency_safe=True, read_only=True)
 def _loose_echo(text: Annotated[Any, Field(description="Anything at all.")] = None) -> str:
     """The orchestrator's looser idea of ``echo``: any argument passes its check."""
@@ -72,7 +100,7 @@ def ghost() -> str:
 
 def registry() -> ToolRegistry:
     """What the test workers run: the built-in tools and the test tools."""
-    return builtin_registry().merged(ToolRegistry([slow_read, stall, echo]))
+    return builtin_registry().merged(ToolRegistry([slow_read, stall, echo, write_then_freeze]))
 
 
 def client_registry() -> ToolRegistry:

@@ -329,7 +329,7 @@ def test_write_file_that_lost_the_lock_leaves_the_old_file(workspace: Workspace)
     assert _names(workspace.root) == ["data.txt"]
 
 
-def test_write_file_checks_the_fence_after_writing_and_before_the_rename(
+def test_write_file_checks_the_fence_before_and_after_the_rename(
     workspace: Workspace,
 ) -> None:
     target = workspace.root / "data.txt"
@@ -344,7 +344,9 @@ def test_write_file_checks_the_fence_after_writing_and_before_the_rename(
     result = _run_with(write_file, env, path="data.txt", content="new")
 
     ok(result)
-    assert seen == [("old", ["new"])]  # once; target untouched, temp file complete
+    # Before: target untouched, temp file complete. After: renamed, the old version kept
+    # under a second name until the second check passes.
+    assert seen == [("old", ["new"]), ("new", ["old"])]
     assert target.read_text() == "new"
     assert _names(workspace.root) == ["data.txt"]
 

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from executor.commit import commit_barrier
 from executor.contract import Tool
 from executor.errors import FenceError
 from executor.events import EventLog
@@ -146,6 +147,14 @@ class WorkerRuntime:
             self.events.emit("lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name,
                              mode=mode)  # fmt: skip
             lease = self.lock.acquire(mode, timeout=self.settings.lock_wait_timeout, owner=owner)
+        try:
+            # A commit of a holder whose lease just ended may still be in flight (it undoes
+            # itself if so): this call must see the workspace after it, not during it.
+            commit_barrier(self.workspace.root, timeout=self.settings.lock_wait_timeout)
+        except BaseException:
+            with contextlib.suppress(redis.RedisError, LockError):
+                lease.release()
+            raise
         waited_ms = round((time.monotonic() - started) * 1000, 3)
 
         def lost(held: Lease) -> None:

@@ -22,7 +22,7 @@ from pydantic import Field
 from executor.context import ToolContext
 from executor.contract import tool
 from executor.errors import ToolError
-from workers.tools._atomic import replace_file
+from workers.tools._atomic import FileIdentity, replace_file
 
 __all__ = ["edit_file", "list_directory", "read_file", "write_file"]
 
@@ -128,12 +128,15 @@ def edit_file(
         raise ToolError("old_string and new_string are the same; there is nothing to change.")
     resolved, shown = _existing_file(ctx, path)
     try:
-        if resolved.stat().st_size > MAX_EDIT_BYTES:
-            raise ToolError(
-                f"{shown} is larger than {MAX_EDIT_BYTES // (1024 * 1024)} MiB; edit_file "
-                "cannot edit it. Use bash (e.g. sed) instead."
-            )
-        raw = resolved.read_bytes()
+        with open(resolved, "rb") as handle:
+            # The version read is the one the commit must still find in place.
+            version = FileIdentity.of(os.fstat(handle.fileno()))
+            if version.size > MAX_EDIT_BYTES:
+                raise ToolError(
+                    f"{shown} is larger than {MAX_EDIT_BYTES // (1024 * 1024)} MiB; edit_file "
+                    "cannot edit it. Use bash (e.g. sed) instead."
+                )
+            raw = handle.read()
     except OSError as exc:
         raise ToolError(f"Cannot read {shown}: {exc.strerror}.") from None
     if b"\0" in raw[:_BINARY_PROBE]:
@@ -153,7 +156,7 @@ def edit_file(
             "every occurrence."
         )
     data = _encode(text.replace(old_string, new_string), "new_string", "surrogateescape")
-    _replace(ctx, resolved, shown, data)
+    _replace(ctx, resolved, shown, data, expect=version)
     return f"Replaced {count} occurrence{'s' if count != 1 else ''} in {shown}."
 
 
@@ -299,8 +302,10 @@ def _encode(text: str, argument: str, errors: str) -> bytes:
         ) from None
 
 
-def _replace(ctx: ToolContext, target: Path, shown: str, data: bytes) -> None:
+def _replace(
+    ctx: ToolContext, target: Path, shown: str, data: bytes, expect: FileIdentity | None = None
+) -> None:
     try:
-        replace_file(ctx, target, data)
+        replace_file(ctx, target, data, expect=expect)
     except OSError as exc:
         raise ToolError(f"Cannot write {shown}: {exc.strerror}. The file is unchanged.") from None

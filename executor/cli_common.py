@@ -5,14 +5,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 import redis
 
 from executor.errors import ToolpoolError
 from executor.registry import ToolRegistry, load_registry
-from executor.settings import Settings
+from executor.settings import Settings, shown_url
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,12 +94,3 @@ def talking_to(settings: Settings) -> Iterator[None]:
         ) from None
     except ToolpoolError as exc:
         raise click.ClickException(str(exc)) from None
-
-
-def shown_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

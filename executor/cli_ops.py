@@ -11,12 +11,12 @@ import click
 import redis
 from rq import Worker
 
-from executor.cli_common import connection_options, require_redis, settings_for, shown_url
+from executor.cli_common import connection_options, require_redis, settings_for
 from executor.events import Event, append_jsonl, follow_events, read_events
 from executor.jobs import call_queue
 from executor.keys import Keys
 from executor.lock import RWLock
-from executor.settings import Settings
+from executor.settings import Settings, shown_url
 from executor.turns import CallJob
 
 _FAILURES = {"call_lost", "call_refused", "lock_lost"}

@@ -12,14 +12,17 @@ writes when the worker died, the deadline passed or the turn was cancelled).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from rq.job import JobStatus
 
 from executor.contract import Tool
@@ -31,7 +34,7 @@ from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_c
 from executor.registry import ToolRegistry
 from executor.results import ResultStore
 from executor.runner import check_call
-from executor.settings import Settings
+from executor.settings import Settings, shown_url
 from executor.turns import CallJob, TurnPlan, job_id, new_turn_id, partition
 
 log = logging.getLogger(__name__)
@@ -41,10 +44,26 @@ Check = Callable[[ToolCall, Tool], "str | None"]
 
 # How often a waiting client looks for calls whose worker died.
 _LIVENESS_CHECK_S = 1.0
+# A Redis that stops answering (paused, cut off) fails a command after this long, not never.
+_REDIS_TIMEOUT_S = 10.0
+# Between attempts while collect() rides out an outage: short first (a restart takes ~1 s).
+_OUTAGE_POLL_S = (0.1, 2.0)
+
+# What an unreachable Redis raises; AuthenticationError is a ConnectionError that waiting
+# does not cure, so it is let through as it is.
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
 
 class TurnError(ToolpoolError):
     """A turn that cannot be submitted as given (e.g. two calls with one id)."""
+
+
+class RedisUnavailable(ToolpoolError):
+    """Redis could not be reached; ``turn_id`` names the turn concerned, if one exists."""
+
+    def __init__(self, message: str, turn_id: str | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id
 
 
 @dataclass
@@ -58,11 +77,43 @@ class Turn:
 
 
 @dataclass
+class _Progress:
+    """How far a submit got, for the error that says what runs when Redis went away."""
+
+    plan_stored: bool = False
+    enqueued: int = 0
+    total: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
 class _Watch:
     """What collect() has seen of one pending call."""
 
     missing_since: float | None = None
     deferred_since: float | None = None
+
+
+@dataclass
+class _Outage:
+    """How long Redis has been away during a collect, and how long to pause before retrying."""
+
+    since: float | None = None
+    attempts: int = 0
+
+    def pause(self) -> float:
+        self.since = self.since or time.monotonic()
+        self.attempts += 1
+        first, most = _OUTAGE_POLL_S
+        return float(min(most, first * 2 ** (self.attempts - 1)))
+
+    def lasted(self) -> float:
+        return 0.0 if self.since is None else time.monotonic() - self.since
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.info("toolpool: Redis is back after %.1f s", self.lasted())
+        self.since = None
+        self.attempts = 0
 
 
 @dataclass
@@ -105,9 +156,17 @@ class Executor:
             raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
         self.redis_url = url
         self.keys = Keys(self.settings.key_prefix)
-        self.client = redis.Redis.from_url(url)
-        # Waits for results block on it (BLPOP), beyond redis-py's default socket timeout.
-        self._blocking = redis.Redis.from_url(url, socket_timeout=None)
+        # One quick retry replaces a connection a Redis restart closed; waiting out a longer
+        # outage is collect()'s job, against its own deadline, not redis-py's backoff.
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=_REDIS_TIMEOUT_S, socket_connect_timeout=_REDIS_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 1),
+        )  # fmt: skip
+        # Waits for results block on it (BLPOP of at most _LIVENESS_CHECK_S).
+        self._blocking = redis.Redis.from_url(
+            url, socket_timeout=_LIVENESS_CHECK_S + _REDIS_TIMEOUT_S,
+            socket_connect_timeout=_REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1),
+        )  # fmt: skip
         self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
         self.queue = call_queue(self.client, self.keys, self.settings.queue)
         self.usage = Usage(self.max_tool_calls)
@@ -150,14 +209,38 @@ class Executor:
         try:
             return self.collect(turn, timeout=timeout)
         finally:
-            if self._pending(turn):
-                self.cancel(turn)
+            # After an outage that outlasted the collect, Redis may still be away: the
+            # RedisUnavailable raised by collect is the answer, not this clean-up's error.
+            with contextlib.suppress(RedisUnavailable, *_UNREACHABLE):
+                if self._pending(turn):
+                    self.cancel(turn)
 
     def submit(self, calls: Iterable[ToolCall | dict[str, Any]]) -> Turn:
-        """Check, approve and enqueue a turn; return at once (``collect`` waits)."""
+        """Check, approve and enqueue a turn; return at once (``collect`` waits).
+
+        Raises ``RedisUnavailable`` if Redis cannot be reached: before the turn's plan is
+        stored nothing runs; after it, the error names the turn, whose enqueued calls run and
+        whose other calls ``collect`` answers with ``timeout``.
+        """
         parsed = [parse_call(item) for item in calls]
         _refuse_duplicate_ids(parsed)
         turn_id = new_turn_id()
+        progress = _Progress()
+        try:
+            return self._submit(turn_id, parsed, progress)
+        except _UNREACHABLE as exc:
+            if not progress.plan_stored:
+                raise self._unreachable(
+                    exc, "before the turn was submitted: none of its calls runs; submit it "
+                    "again once Redis is back",
+                ) from None  # fmt: skip
+            raise self._unreachable(
+                exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of its "
+                f"{len(progress.total)} calls enqueued by then run; collect({turn_id!r}) "
+                "answers the others with timeout", turn_id,
+            ) from None  # fmt: skip
+
+    def _submit(self, turn_id: str, parsed: list[ToolCall], progress: _Progress) -> Turn:
         stream_start = self._stream_position()
         answered, runnable, tools = self._screen(turn_id, parsed)
         batches = partition([parsed[i] for i in runnable],
@@ -174,11 +257,14 @@ class Executor:
         # Stored before the jobs exist, so a collector elsewhere can always read the plan.
         self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
                         ex=self.settings.result_ttl)  # fmt: skip
+        progress.plan_stored = True
+        progress.total = plan.job_ids
         previous: list[str] = []
         for batch_indexes in plan.batches:
             for index in batch_indexes:
                 job = CallJob(call=parsed[index], turn_id=turn_id, index=index)
                 enqueue_call(self.queue, job, after=previous, result_ttl=self.settings.result_ttl)
+                progress.enqueued += 1
             previous = [plan.job_ids[index] for index in batch_indexes]
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
@@ -188,14 +274,20 @@ class Executor:
         A call whose worker died gets a ``worker_lost`` result within about
         ``settings.call_liveness_s`` + 3 s (at once when its pool sees the worker die); at
         ``timeout`` every call still without one gets a ``timeout`` result. Never waits
-        forever.
+        forever: while Redis is unreachable it keeps trying until ``timeout``, then raises
+        ``RedisUnavailable`` (the calls may still run; collect the turn again later).
         """
-        plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
         limit = self.settings.turn_timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        if isinstance(turn, Turn):
+            plan = turn.plan
+        else:
+            with self._reaching(f"while loading turn {turn}", turn):
+                plan = self._load_plan(turn)
         results = self._wait(plan, deadline, limit, self._blocking)
         if isinstance(turn, Turn):
-            self._log_turn_events(turn)
+            with self._reaching(f"while copying turn {plan.turn_id}'s events", plan.turn_id):
+                self._log_turn_events(turn)
         return [
             plan.answered[index] if index in plan.answered else results[call_id]
             for index, call_id in enumerate(plan.call_ids)
@@ -207,7 +299,11 @@ class Executor:
         Calls that have not started get a ``cancelled`` result now; running calls see the
         flag within a heartbeat and end with their own result.
         """
-        plan = turn.plan if isinstance(turn, Turn) else self._load_plan(turn)
+        turn_id = turn.turn_id if isinstance(turn, Turn) else turn
+        with self._reaching(f"while cancelling turn {turn_id}", turn_id):
+            self._cancel(turn.plan if isinstance(turn, Turn) else self._load_plan(turn))
+
+    def _cancel(self, plan: TurnPlan) -> None:
         self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
         stored = self.results.get_many(_enqueued(plan))
         for index, rq_id in plan.job_ids.items():
@@ -222,7 +318,8 @@ class Executor:
 
     def full_output(self, call_id: str) -> str | None:
         """The full output of a truncated call, while it is kept."""
-        return self.results.full_output(call_id)
+        with self._reaching(f"while reading the full output of call {call_id}"):
+            return self.results.full_output(call_id)
 
     # -- inside ----------------------------------------------------------------------------
 
@@ -302,24 +399,44 @@ class Executor:
         self, plan: TurnPlan, deadline: float, limit: float, blocking: redis.Redis
     ) -> dict[str, ToolResult]:
         waiting_for = _enqueued(plan)
-        results = self.results.get_many(waiting_for)
+        results: dict[str, ToolResult] = {}
         watches = {call_id: _Watch() for call_id in waiting_for}
-        next_check = time.monotonic() + _LIVENESS_CHECK_S
+        next_check = time.monotonic()
         done_key = self.keys.turn_done(plan.turn_id)
-        while len(results) < len(waiting_for):
-            now = time.monotonic()
-            if now >= deadline:
-                self._time_out(plan, results, limit)
-                break
-            # The list is only a wake-up: the stored results are the truth.
-            blocking.blpop([done_key], timeout=max(0.01, min(_LIVENESS_CHECK_S, deadline - now)))
-            pending = [c for c in waiting_for if c not in results]
-            results.update(self.results.get_many(pending))
-            if time.monotonic() >= next_check:
-                self._find_lost(plan, results, watches)
-                enqueue_ready(self.queue)  # a dependent RQ left ready would wait 10 minutes
-                next_check = time.monotonic() + _LIVENESS_CHECK_S
-        return results
+        outage = _Outage()
+        next_check += _LIVENESS_CHECK_S
+        while True:
+            try:
+                pending = [c for c in waiting_for if c not in results]
+                results.update(self.results.get_many(pending))
+                if len(results) == len(waiting_for):
+                    return results
+                now = time.monotonic()
+                if now >= deadline:
+                    self._time_out(plan, results, limit)
+                    return results
+                if now >= next_check:
+                    self._find_lost(plan, results, watches)
+                    enqueue_ready(self.queue)  # a dependent RQ left ready would wait 10 minutes
+                    next_check = time.monotonic() + _LIVENESS_CHECK_S
+                    continue
+                # The list is only a wake-up: the stored results are the truth.
+                wait = max(0.01, min(_LIVENESS_CHECK_S, deadline - now, next_check - now))
+                blocking.blpop([done_key], timeout=wait)
+                outage.over()
+            except _UNREACHABLE as exc:
+                # Ride out a restart or a short cut: the workers carry on and store their
+                # results when Redis is back. Liveness is judged afresh after it.
+                for watch in watches.values():
+                    watch.missing_since = watch.deferred_since = None
+                if time.monotonic() >= deadline:
+                    raise self._unreachable(
+                        exc, f"for {outage.lasted():.1f} s while collecting turn "
+                        f"{plan.turn_id}, until the collect's timeout ({limit:g} s): its calls "
+                        f"may still run; collect({plan.turn_id!r}) again once Redis is back",
+                        plan.turn_id,
+                    ) from None  # fmt: skip
+                time.sleep(max(0.0, min(outage.pause(), deadline - time.monotonic())))
 
     def _find_lost(
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
@@ -395,6 +512,23 @@ class Executor:
                        "may still run or have run; check its effects before calling again."),
             )  # fmt: skip
         results.update(self.results.get_many([c for c in _enqueued(plan) if c not in results]))
+
+    @contextlib.contextmanager
+    def _reaching(self, doing: str, turn_id: str | None = None) -> Iterator[None]:
+        """Turn an unreachable Redis into ``RedisUnavailable`` saying what was being done."""
+        try:
+            yield
+        except _UNREACHABLE as exc:
+            raise self._unreachable(exc, doing, turn_id) from None
+
+    def _unreachable(
+        self, exc: BaseException, doing: str, turn_id: str | None = None
+    ) -> RedisUnavailable:
+        return RedisUnavailable(
+            f"Redis at {shown_url(str(self.redis_url))} could not be reached {doing}. "
+            f"({type(exc).__name__}: {exc})",
+            turn_id,
+        )  # fmt: skip
 
     def _pending(self, turn: Turn) -> bool:
         enqueued = _enqueued(turn.plan)

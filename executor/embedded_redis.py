@@ -1,9 +1,11 @@
 """A private redis-server for tests and the demo, started in a temp dir and stopped by its PID.
 
 It never uses the standard port: it listens on a unix socket in its own folder and, when asked,
-on a free TCP port that the kernel picks. Nothing is persisted (``--save ""``,
+on a free TCP port that the kernel picks. By default nothing is persisted (``--save ""``,
 ``--appendonly no``), so ``restart()`` gives an empty server on the same address, which is
-what the lock's "fences survive a restart without persistence" test needs.
+what the lock's "fences survive a restart without persistence" test needs; with
+``append_only=True`` it persists every write (``appendfsync always``, as docker-compose runs
+Redis), so a restart keeps the data, as an outage would.
 """
 
 from __future__ import annotations
@@ -77,9 +79,11 @@ class RedisServer:
         tcp: bool = False,
         binary: str | None = None,
         startup_timeout: float = 10.0,
+        append_only: bool = False,
     ) -> None:
         self.binary = binary or find_redis_server()
         self.startup_timeout = startup_timeout
+        self.append_only = append_only
         self._tcp = tcp
         self._dir: Path | None = None
         self._port: int | None = None
@@ -139,9 +143,13 @@ class RedisServer:
             self._dir = None
             self._port = None
 
-    def restart(self) -> None:
-        """Stop and start again on the same socket and port; the new server holds no data."""
+    def restart(self, downtime: float = 0.0) -> None:
+        """Stop, stay down ``downtime`` seconds, start again on the same socket and port.
+
+        The new server holds no data unless the server is ``append_only``.
+        """
         self._terminate()
+        time.sleep(downtime)
         self._launch()
 
     def pause(self) -> None:
@@ -187,7 +195,9 @@ class RedisServer:
             "--save",
             "",
             "--appendonly",
-            "no",
+            "yes" if self.append_only else "no",
+            "--appendfsync",
+            "always",
             "--daemonize",
             "no",
             "--logfile",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from executor.errors import ConfigurationError
 
@@ -120,3 +121,12 @@ def _parse(name: str, raw: str, kind: str) -> Any:
             f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.split(maxsplit=1)[0]}"
         ) from None
     return raw
+
+
+def shown_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -122,7 +122,8 @@ def test_unreachable_redis_is_a_clear_error() -> None:
         env={"TOOLPOOL_REDIS_URL": "redis://127.0.0.1:1/0"},
     )  # fmt: skip
     assert result.exit_code == 1
-    assert "Cannot use Redis at redis://127.0.0.1:1/0" in result.output
+    assert "Redis at redis://127.0.0.1:1/0 could not be reached" in result.output
+    assert "none of its calls runs" in result.output
 
 
 def test_error_messages_never_show_the_redis_password() -> None:

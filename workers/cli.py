@@ -25,12 +25,11 @@ from executor.cli_common import (
     or_fail,
     require_redis,
     settings_for,
-    shown_url,
     tools_option,
 )
 from executor.embedded_redis import RedisServer
 from executor.keys import Keys
-from executor.settings import Settings
+from executor.settings import Settings, shown_url
 from workers.pool import PoolChild, WorkerPool
 from workers.process import served_registry
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import click
 import redis
 
-from executor.cli_common import connection_options, require_redis, settings_for, shown_url
+from executor.cli_common import connection_options, require_redis, settings_for
 from executor.keys import Keys
 from executor.lock.models import LockStatus, OwnerInfo
 from executor.lock.rwlock import RWLock
+from executor.settings import shown_url
 
 scope_option = click.option(
     "--scope", default=None, help="Lock scope (env TOOLPOOL_SCOPE; default global)."

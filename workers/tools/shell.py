@@ -232,12 +232,15 @@ class _ShellRun:
                 next_fence = now + _FENCE_INTERVAL
                 try:
                     ctx.check_fence()
-                except FenceError as exc:
+                except FenceError:
                     # bash cannot be fenced: the only safe answer to a lost lock is to stop it.
                     self._stop_group()
                     raise FenceError(
-                        f"{exc} The command and every process it started were killed; its "
-                        "effects may be incomplete. " + self._report("Output so far:")
+                        "The command was stopped: this call could no longer prove that it "
+                        "holds the exclusive lock (its lease ran out, or Redis could not be "
+                        "reached), so another call may run now. The command and every process "
+                        "it started were killed; its effects may be incomplete, so check its "
+                        "effects before running it again. " + self._report("Output so far:")
                     ) from None
             self._pump(min(_POLL, deadline - now), ctx)
         if self._stop_group():

@@ -1,0 +1,165 @@
+"""Issue 5 §4: Redis stops for longer than a lease and starts again.
+
+Workers reconnect by themselves; an orchestrator gets its results, or a clear
+``RedisUnavailable`` at its own deadline, never a hang; nothing is re-run silently. The Redis
+here is a private one with append-only persistence (``appendfsync always``), as
+docker-compose runs it, restarted on the same address.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from dist_helpers import PATIENCE_S
+from expect import ok
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from waiting import wait_for
+
+from executor import ErrorType, Settings, ToolResult
+from executor.client import Executor, RedisUnavailable
+from executor.embedded_redis import RedisServer
+from executor.events import read_events
+from executor.keys import Keys
+from workers.pool import WorkerPool
+
+LEASE_MS = 1000
+DOWNTIME_S = 3.0  # three leases
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer(tcp=True, append_only=True) as started:
+        yield started
+
+
+@pytest.fixture
+def settings(server: RedisServer, tmp_path: Path) -> Settings:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("hello")
+    return Settings(redis_url=server.tcp_url, workspace=root, lock_lease_ms=LEASE_MS,
+                    call_liveness_s=5.0, call_heartbeat_s=1.0)  # fmt: skip
+
+
+@pytest.fixture
+def pool(settings: Settings) -> Iterator[WorkerPool]:
+    started = WorkerPool(str(settings.redis_url), settings, workers=2, grace=10.0)
+    started.start()
+    try:
+        started.wait_ready()
+        yield started
+    finally:
+        started.stop(grace=10.0)
+
+
+def _restart_in_background(server: RedisServer, downtime: float) -> threading.Thread:
+    thread = threading.Thread(target=server.restart, args=(downtime,))
+    thread.start()
+    return thread
+
+
+def _read(call_id: str) -> dict[str, object]:
+    return {"id": call_id, "name": "read_file", "arguments": {"path": "a.txt"}}
+
+
+def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
+    server: RedisServer, settings: Settings, pool: WorkerPool
+) -> None:
+    pids = {c.pid for c in pool.children}
+    with Executor(settings=settings) as executor:
+        turn = executor.submit([
+            {"id": "slow", "name": "bash", "arguments": {"command": "sleep 2; echo finished"}},
+            _read("after"),
+        ])  # fmt: skip
+        wait_for(lambda: executor.client.exists(Keys().running("slow")), "bash to start")
+        outage = _restart_in_background(server, DOWNTIME_S)
+        started = time.monotonic()
+        results = executor.collect(turn, timeout=PATIENCE_S)
+        elapsed = time.monotonic() - started
+        outage.join()
+
+        # The bash call held the exclusive lock through the outage: its lease could not be
+        # renewed, so it was stopped and says so; it is not run again.
+        slow, after = results
+        assert slow.error_type in (ErrorType.LOCK_LOST, ErrorType.WORKER_LOST), slow.content
+        assert "check its effects" in slow.content.lower()
+        assert ok(after) == "hello"
+        assert elapsed < PATIENCE_S
+        starts = [e for _, e in read_events(executor.client, executor.keys)
+                  if e.event == "tool_execution_started" and e.call_id == "slow"]  # fmt: skip
+        assert len(starts) <= 1
+
+        # The same worker processes serve the next turn: they reconnected by themselves.
+        again = executor.run([_read("next")], timeout=PATIENCE_S)
+        assert ok(again[0]) == "hello"
+    assert {c.pid for c in pool.children} == pids
+
+
+def test_collect_raises_a_clear_error_at_its_deadline_then_gets_the_results(
+    server: RedisServer, settings: Settings
+) -> None:
+    # No worker yet: the call waits on the queue, which the append-only file keeps.
+    with Executor(settings=settings) as executor:
+        turn = executor.submit([_read("r1")])
+        outage = _restart_in_background(server, 4.0)
+        wait_for(lambda: not _answers(server), "Redis to go down")
+        started = time.monotonic()
+        with pytest.raises(RedisUnavailable) as raised:
+            executor.collect(turn, timeout=1.5)
+        elapsed = time.monotonic() - started
+        outage.join()
+
+        message = str(raised.value)
+        assert raised.value.turn_id == turn.turn_id
+        assert "could not be reached" in message
+        assert f"collect({turn.turn_id!r}) again" in message
+        assert elapsed < 1.5 + 2.5, f"collect took {elapsed:.1f} s past a 1.5 s timeout"
+
+        pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
+        pool.start()
+        try:
+            [result] = executor.collect(turn.turn_id, timeout=PATIENCE_S)
+        finally:
+            pool.stop(grace=10.0)
+    assert ok(result) == "hello"
+
+
+def test_submit_while_redis_is_down_says_nothing_runs(
+    server: RedisServer, settings: Settings
+) -> None:
+    with Executor(settings=settings) as executor:
+        outage = _restart_in_background(server, 2.0)
+        wait_for(lambda: not _answers(server), "Redis to go down")
+        started = time.monotonic()
+        try:
+            with pytest.raises(RedisUnavailable, match="none of its calls runs"):
+                executor.submit([_read("r1")])
+        finally:
+            outage.join()
+        assert time.monotonic() - started < 2.0 + 1.0
+        # Redis is back: the same executor submits again with the same call id.
+        results: list[ToolResult] = []
+        pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
+        pool.start()
+        try:
+            results = executor.run([_read("r1")], timeout=PATIENCE_S)
+        finally:
+            pool.stop(grace=10.0)
+    assert ok(results[0]) == "hello"
+
+
+def _answers(server: RedisServer) -> bool:
+    client = server.client(socket_timeout=0.5, socket_connect_timeout=0.5,
+                           retry=Retry(NoBackoff(), 0))  # fmt: skip
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()

@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 # Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
 CLEANUP_GRACE = 5.0
 
+# Results that a lease lost while the call ran turns into lock_lost: success, and the errors
+# the loss itself can cause (the loss sets the call's cancel flag).
+_RESTATED_WHEN_LOST = (None, ErrorType.TOOL_ERROR, ErrorType.CANCELLED)
+
 KeepFullOutput = Callable[[ToolCall, str], "str | None"]
 
 
@@ -140,7 +144,9 @@ def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> To
         except Exception:
             # The tool has run; failing to leave the guard must not change its answer.
             log.exception("toolpool: leaving the guard of call %s failed", call.id)
-    if held.lost and not result.is_error and not held.committed:
+    # A tool error may come from the loss itself (it cancels the call); the other errors
+    # already say what happened, and a crash is a bug whose trace matters more.
+    if held.lost and not held.committed and result.error_type in _RESTATED_WHEN_LOST:
         # Under a lost lease another call may have changed what this one saw or did. A tool
         # whose commit passed the fence (write_file, edit_file) landed under the lock: its
         # success stands.
@@ -148,10 +154,11 @@ def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> To
             "Call it again." if tool.is_read_only
             else "Check its effects before calling it again."
         )  # fmt: skip
+        ended = f" It ended with: {result.content[:300]}" if result.is_error else ""
         return _finish(
             call, tool, env.settings, started, ErrorType.LOCK_LOST,
             f"{tool.name!r} ran, but the lock was lost while it ran, so its result may be "
-            f"inconsistent with concurrent changes. {advice}",
+            f"inconsistent with concurrent changes. {advice}{ended}",
         )  # fmt: skip
     return result
 

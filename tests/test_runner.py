@@ -241,3 +241,14 @@ def test_a_lost_lock_without_a_commit_asks_to_check_effects_or_to_read_again(
     ran = run_call(ToolCall(name="structured"), registry, env)
     assert ran.error_type is ErrorType.LOCK_LOST
     assert ran.content.endswith("Check its effects before calling it again.")
+
+
+def test_a_tool_error_under_a_lost_lock_is_answered_lock_lost_with_the_error(
+    workspace: Workspace,
+) -> None:
+    # The loss cancels the call, so a tool's error may be the loss's doing: say both.
+    env = CallEnvironment(workspace=workspace, guard=_Guard(lose=True))
+    result = run_call(ToolCall(name="expected_failure", arguments={"path": "a"}), registry, env)
+    assert result.error_type is ErrorType.LOCK_LOST
+    assert "the lock was lost while it ran" in result.content
+    assert result.content.endswith("It ended with: File not found: a")

@@ -106,10 +106,29 @@ class WorkerRuntime:
                 cancelled.set()
             with self._heartbeat.watching(job, cancelled):
                 result = self._run(job, cancelled)
+            if self._rerun_allowed(job, result):
+                # A read-only call changed nothing, so running it again under a new lease is
+                # safe and gives the model a consistent answer instead of "call it again".
+                self.events.emit("call_rerun", call_id=call.id, turn_id=job.turn_id,
+                                 tool=call.name, reason=result.error_type)  # fmt: skip
+                cancelled = threading.Event()
+                with self._heartbeat.watching(job, cancelled):
+                    result = self._run(job, cancelled)
             return self._publish(job, result).model_dump(mode="json")
         finally:
             with contextlib.suppress(redis.RedisError):
                 self.client.delete(current_key, running_key)
+
+    def _rerun_allowed(self, job: CallJob, result: ToolResult) -> bool:
+        """Whether a read-only call that lost its lease may run once more (never twice)."""
+        if result.error_type is not ErrorType.LOCK_LOST:
+            return False
+        if job.call.name not in self.registry or not self.registry.get(job.call.name).is_read_only:
+            return False
+        try:
+            return not self.client.exists(self.keys.turn_cancel(job.turn_id))
+        except redis.RedisError:
+            return False  # Redis is away: the lock could not be had again anyway
 
     def _run(self, job: CallJob, cancelled: threading.Event) -> ToolResult:
         call = job.call

@@ -1,0 +1,93 @@
+"""Read-only calls that lose their lease are run once more by their worker; others never.
+
+A read-only call changes nothing, so when its lease is lost while it runs (its worker was
+paused, or cut off from Redis, past the lease) the worker runs it again under a new lease,
+once, in the same job, so the turn's order holds. A call with side effects is answered
+``lock_lost`` and never re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dist_tools
+import pytest
+import redis
+from dist_helpers import Workers, events, named, wait_for_event
+from expect import ok
+
+from executor import ErrorType, Settings
+from executor.client import Executor
+
+LEASE_MS = 800
+
+
+@pytest.fixture
+def settings(redis_url: str, tmp_path: Path) -> Settings:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("content")
+    return Settings(redis_url=redis_url, workspace=root, lock_lease_ms=LEASE_MS,
+                    call_liveness_s=60.0)  # fmt: skip
+
+
+@pytest.fixture
+def pool(settings: Settings, tmp_path: Path) -> Iterator[Workers]:
+    workers = Workers(settings, tmp_path / "workers")
+    try:
+        yield workers
+    finally:
+        for worker in workers.started:
+            if worker.alive():
+                os.kill(worker.pid, signal.SIGCONT)
+        workers.stop_all()
+
+
+def _pause_past_the_lease(pid: int) -> None:
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(LEASE_MS / 1000 * 2)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_read_that_lost_its_lease_is_run_again_and_answers(
+    settings: Settings, pool: Workers, client: redis.Redis
+) -> None:
+    [worker] = pool.start(1)
+    call = {"id": "r", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": 2000}}
+    with Executor(settings=settings, registry=dist_tools.registry()) as executor:
+        turn = executor.submit([call])
+        wait_for_event(client, "tool_execution_started", "r")
+        _pause_past_the_lease(worker.pid)
+        [result] = executor.collect(turn, timeout=60)
+
+    assert ok(result) == "content"
+    seen = events(client)
+    [rerun] = named(seen, "call_rerun", ["r"])
+    assert rerun.data["reason"] == "lock_lost"
+    assert len(named(seen, "tool_execution_started", ["r"])) == 2
+    assert len(named(seen, "lock_lost", ["r"])) == 1
+
+
+def test_a_call_with_side_effects_that_lost_its_lease_is_not_run_again(
+    settings: Settings, pool: Workers, client: redis.Redis
+) -> None:
+    [worker] = pool.start(1)
+    call = {"id": "b", "name": "bash", "arguments": {"command": "echo ran >> runs.txt; sleep 3"}}
+    with Executor(settings=settings, registry=dist_tools.registry()) as executor:
+        turn = executor.submit([call])
+        wait_for_event(client, "tool_execution_started", "b")
+        _pause_past_the_lease(worker.pid)
+        [result] = executor.collect(turn, timeout=60)
+
+    assert result.error_type is ErrorType.LOCK_LOST, result.content
+    assert "check its effects" in result.content.lower()
+    assert (Path(settings.workspace) / "runs.txt").read_text() == "ran\n"
+    seen = events(client)
+    assert not named(seen, "call_rerun", ["b"])
+    assert len(named(seen, "tool_execution_started", ["b"])) == 1

@@ -1,4 +1,4 @@
-"""The RQ side of a call: the one allowed entry point, enqueueing a turn, failing lost jobs.
+"""The RQ side of a call: the one allowed entry point, enqueueing a turn, ending lost jobs.
 
 Only JSON crosses Redis: every queue and job here uses RQ's ``JSONSerializer``, and a job
 names exactly one function, ``ENTRY_POINT``; workers refuse every other (see
@@ -12,8 +12,10 @@ import contextlib
 import redis
 from rq import Queue
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.executions import Execution
 from rq.job import Dependency, Job, JobStatus
 from rq.serializers import JSONSerializer
+from rq.utils import as_text
 
 from executor.keys import Keys
 from executor.turns import CallJob, job_id
@@ -25,6 +27,8 @@ ENTRY_POINT = "workers.job.execute"
 _TERMINAL = {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.STOPPED}
 # Passes over a queue's ready dependents before leaving them to RQ's own cleanup.
 _READY_ATTEMPTS = 20
+# Tries of the requeue transaction when other clients change the intermediate list meanwhile.
+_REQUEUE_ATTEMPTS = 50
 
 
 def call_queue(client: redis.Redis, keys: Keys, queue: str) -> Queue:
@@ -90,8 +94,84 @@ def end_lost_job(client: redis.Redis, rq_job_id: str) -> bool:
     if job.get_status() in _TERMINAL:
         return False
     ended = False
-    with contextlib.suppress(InvalidJobOperation):
+    # ValueError: RQ's cancel reads the job's execution record, which may have expired.
+    with contextlib.suppress(InvalidJobOperation, ValueError):
         job.cancel(enqueue_dependents=True)
         ended = True
     enqueue_ready(Queue(job.origin, connection=client, serializer=JSONSerializer))
     return ended
+
+
+def started_by(queue: Queue, worker_name: str) -> list[Execution]:
+    """The executions RQ records on ``queue`` as run by ``worker_name``, oldest first.
+
+    Read from the queue's ``StartedJobRegistry`` (no cleanup: an entry is returned until its
+    job ends) and each execution's record, which names its worker. An execution whose record
+    has expired counts as the worker's when its job names that worker.
+    """
+    found: list[Execution] = []
+    registry = queue.started_job_registry
+    for rq_job_id, execution_id in registry.get_job_and_execution_ids(cleanup=False):
+        try:
+            execution = Execution.fetch(execution_id, rq_job_id, connection=queue.connection)
+        except ValueError:  # the execution's record expired; its job still names its worker
+            execution = Execution(execution_id, rq_job_id, connection=queue.connection)
+            raw = queue.connection.hget(Job.key_for(rq_job_id), "worker_name")
+            execution.worker_name = as_text(raw) if raw else ""
+        if execution.worker_name == worker_name:
+            found.append(execution)
+    return found
+
+
+def dequeued_not_started(queue: Queue) -> list[str]:
+    """Jobs a worker took off ``queue`` (RQ 3 moves them to an intermediate list) that no
+    execution in the ``StartedJobRegistry`` runs yet, in the list's order."""
+    waiting = [as_text(raw) for raw in queue.connection.lrange(queue.intermediate_queue_key, 0, -1)]
+    if not waiting:
+        return []
+    started = set(queue.started_job_registry.get_job_ids(cleanup=False))
+    return [rq_job_id for rq_job_id in dict.fromkeys(waiting) if rq_job_id not in started]
+
+
+def requeue_dequeued(queue: Queue, rq_job_id: str, execution: Execution | None = None) -> bool:
+    """Put a job a lost worker took off ``queue`` but never started back at its head.
+
+    RQ 3's dequeue moves the job to the queue's intermediate list; the worker's start
+    (``prepare_job_execution``) marks it started and takes it off that list in one
+    transaction. So a job still on the list with status ``queued`` never ran. ``execution``:
+    the execution the lost worker had already created for it, deleted here. In one
+    transaction, and only while the job is still on the list and queued, so it goes back
+    once. RQ would otherwise fail it, as stuck, at its maintenance minutes later. True if
+    the job was put back.
+    """
+    intermediate = queue.intermediate_queue_key
+    job_key = Job.key_for(rq_job_id)
+    job: Job | None = None
+    if execution is not None:
+        try:
+            job = Job.fetch(rq_job_id, connection=queue.connection, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return False
+    with queue.connection.pipeline() as pipe:
+        for _ in range(_REQUEUE_ATTEMPTS):
+            try:
+                pipe.watch(intermediate, job_key)  # type: ignore[no-untyped-call]
+                status = pipe.hget(job_key, "status")
+                if (
+                    status is None
+                    or as_text(status) != JobStatus.QUEUED.value
+                    or pipe.lpos(intermediate, rq_job_id) is None
+                ):
+                    pipe.unwatch()
+                    return False
+                pipe.multi()
+                pipe.lrem(intermediate, 1, rq_job_id)
+                pipe.delete(queue.intermediate_queue.get_first_seen_key(rq_job_id))
+                if execution is not None and job is not None:
+                    execution.delete(job, pipeline=pipe)
+                queue.push_job_id(rq_job_id, pipeline=pipe, at_front=True)
+                pipe.execute()
+            except redis.WatchError:
+                continue
+            return True
+    return False

@@ -19,10 +19,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import redis
 from waiting import wait_for
@@ -31,6 +33,7 @@ from executor.events import Event, read_events
 from executor.keys import Keys
 from executor.registry import load_registry
 from executor.settings import Settings, TruncationPolicy
+from workers.pool import WorkerPool
 
 TESTS_DIR = Path(__file__).resolve().parent
 # How long a condition may take before a test fails: generous, since a loaded 2-core machine
@@ -166,6 +169,18 @@ class Workers:
     def _registered(self, client: redis.Redis, worker: WorkerProcess) -> bool:
         assert worker.alive(), worker.diagnosis()
         return bool(client.exists(f"rq:worker:{worker.name}"))
+
+
+@contextmanager
+def running_pool(settings: Settings, workers: int = 1, **options: Any) -> Iterator[WorkerPool]:
+    """A supervised ``WorkerPool`` of the built-in tools, every child registered; stopped after."""
+    pool = WorkerPool(str(settings.redis_url), settings, workers=workers, grace=10.0, **options)
+    pool.start()
+    try:
+        pool.wait_ready()
+        yield pool
+    finally:
+        pool.stop(grace=10.0)
 
 
 # -- events ------------------------------------------------------------------------------

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from dist_helpers import PATIENCE_S
+from dist_helpers import PATIENCE_S, running_pool
 from expect import ok
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from waiting import wait_for
 
-from executor import ErrorType, Settings, ToolResult
+from executor import ErrorType, Settings
 from executor.client import Executor, RedisUnavailable
 from executor.embedded_redis import RedisServer
 from executor.events import read_events
@@ -49,13 +49,8 @@ def settings(server: RedisServer, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def pool(settings: Settings) -> Iterator[WorkerPool]:
-    started = WorkerPool(str(settings.redis_url), settings, workers=2, grace=10.0)
-    started.start()
-    try:
-        started.wait_ready()
+    with running_pool(settings, 2) as started:
         yield started
-    finally:
-        started.stop(grace=10.0)
 
 
 def _restart_in_background(server: RedisServer, downtime: float) -> threading.Thread:
@@ -121,12 +116,8 @@ def test_collect_raises_a_clear_error_at_its_deadline_then_gets_the_results(
         assert f"collect({turn.turn_id!r}) again" in message
         assert elapsed < 1.5 + 2.5, f"collect took {elapsed:.1f} s past a 1.5 s timeout"
 
-        pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
-        pool.start()
-        try:
+        with running_pool(settings, 1):
             [result] = executor.collect(turn.turn_id, timeout=PATIENCE_S)
-        finally:
-            pool.stop(grace=10.0)
     assert ok(result) == "hello"
 
 
@@ -144,13 +135,8 @@ def test_submit_while_redis_is_down_says_nothing_runs(
             outage.join()
         assert time.monotonic() - started < 2.0 + 1.0
         # Redis is back: the same executor submits again with the same call id.
-        results: list[ToolResult] = []
-        pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
-        pool.start()
-        try:
+        with running_pool(settings, 1):
             results = executor.run([_read("r1")], timeout=PATIENCE_S)
-        finally:
-            pool.stop(grace=10.0)
     assert ok(results[0]) == "hello"
 
 

@@ -7,9 +7,10 @@ and taken over by the replacement. A supervisor thread looks at the children eve
 ``check_interval`` seconds; when one has died, before starting its replacement, it cleans up
 after it (``workers.reaper``): kills what the child left running, releases its lock leases,
 answers its call in flight with a ``worker_lost`` result at once (the orchestrator would only
-notice after ``call_liveness_s``), ends that call's RQ job so the turn's next batch starts, and
-records the death with RQ so that the name can be registered again. A child that keeps dying
-right after its start is restarted with a growing delay.
+notice after ``call_liveness_s``), ends that call's RQ job and any other RQ still records as
+started by the child, so the turn's next batch starts, puts back on the queue a job the child
+took off but never started, and records the death with RQ so that the name can be registered
+again. A child that keeps dying right after its start is restarted with a growing delay.
 
 Children run in sessions of their own, so a terminal's Ctrl+C reaches the supervisor alone,
 which stops them in order: SIGTERM once to each (RQ's warm shutdown: the call in flight

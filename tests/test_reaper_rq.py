@@ -1,0 +1,372 @@
+"""The pool's reaper and RQ's own records of a dead worker's jobs (faults F2 and F5).
+
+RQ 3 runs a job in steps, each a Redis write: the dequeue moves the job from its queue to the
+queue's intermediate list (LMOVE), ``prepare_execution`` records an execution of the worker
+in the ``StartedJobRegistry``, ``prepare_job_execution`` marks the job started and takes it
+off the intermediate list, and the job's end removes the execution and enqueues its
+dependents. A worker that dies between two steps leaves RQ's records behind:
+
+- F2: after the call's result is stored, before RQ records the job's end: the job stays
+  started and the turn's next batch deferred, until RQ's registry cleanup minutes later.
+- F5: after the dequeue, before the start: the job sits in the intermediate list, which RQ
+  only looks at every 10 minutes (and then fails the job). The call times out.
+
+These tests put Redis in those states with RQ's own code (a worker object taking the steps
+the dead one took), then run ``Reaper.bury``, and check that the jobs end or go back on
+their queue, once, and that real workers then finish the turn. Two tests go through a real
+pool: its only child is stopped (SIGSTOP) while it blocks in BLMOVE, so that Redis itself
+hands it the job, and then killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from dist_helpers import Workers, events, named, running_pool
+from rq import Queue
+from rq.executions import Execution
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+from waiting import wait_for
+
+from executor import ErrorType, Settings, ToolResult, ToolStatus
+from executor.client import Executor, Turn
+from executor.registry import load_registry
+from executor.results import ResultStore
+from workers.pool import WorkerPool
+from workers.reaper import DeadChild, Reaper
+from workers.rq_worker import ToolpoolWorker
+
+# The orchestrator's own detection of lost calls waits this long; every answer within a test
+# (PATIENCE_S) must come from the reaper.
+LIVENESS_S = 60.0
+PATIENCE_S = 30.0
+# The reaper's grace for a dequeued job with no owner while other workers live (1 s here to
+# keep the tests short; the pool uses workers.reaper.DEQUEUE_GRACE_S).
+GRACE_S = 1.0
+
+
+@pytest.fixture
+def settings(redis_url: str, tmp_path: Path) -> Settings:
+    root = tmp_path / "ws"
+    root.mkdir()
+    return Settings(redis_url=redis_url, workspace=root, call_liveness_s=LIVENESS_S)
+
+
+@pytest.fixture
+def executor(settings: Settings) -> Iterator[Executor]:
+    with Executor(settings=settings, registry=load_registry("dist_tools:registry")) as made:
+        yield made
+
+
+@pytest.fixture
+def reaper(settings: Settings) -> Iterator[Reaper]:
+    made = Reaper(str(settings.redis_url), settings, socket.gethostname(), grace=GRACE_S)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def workers(settings: Settings, tmp_path: Path) -> Iterator[Workers]:
+    made = Workers(settings, tmp_path / "workers")
+    yield made
+    made.stop_all()
+
+
+def rq_worker(executor: Executor, name: str, *, register: bool = True) -> ToolpoolWorker:
+    """An RQ worker object named ``name`` on the call queue, to take RQ's steps by hand."""
+    worker = ToolpoolWorker([executor.queue], connection=executor.client,
+                            serializer=JSONSerializer, name=name)  # fmt: skip
+    if register:
+        worker.register_birth()  # type: ignore[no-untyped-call]
+    return worker
+
+
+def dequeue(worker: ToolpoolWorker, expected: str) -> Job:
+    """RQ's dequeue (LMOVE to the intermediate list), as ``worker`` does it."""
+    taken = Queue.dequeue_any(worker.queues, None, connection=worker.connection,
+                              serializer=JSONSerializer)  # fmt: skip
+    assert taken is not None
+    job, _ = taken
+    assert job.id == expected
+    return job
+
+
+def start(worker: ToolpoolWorker, job: Job) -> Execution:
+    """RQ's two steps from a dequeued job to a started one."""
+    execution = worker.prepare_execution(job)
+    worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
+    return execution
+
+
+def dead(name: str, reason: str = "exited with code 1") -> DeadChild:
+    # A pid no process has (above the kernel's pid_max): nothing to release or kill.
+    return DeadChild(name=name, pid=2**23, token=uuid.uuid4().hex, reason=reason)
+
+
+def status(executor: Executor, rq_job_id: str) -> JobStatus:
+    return Job.fetch(rq_job_id, connection=executor.client, serializer=JSONSerializer).get_status()
+
+
+def intermediate(executor: Executor) -> list[str]:
+    raw = executor.client.lrange(executor.queue.intermediate_queue_key, 0, -1)
+    return [item.decode() for item in raw]  # type: ignore[union-attr]
+
+
+def started_ids(executor: Executor) -> list[str]:
+    ids: list[str] = executor.queue.started_job_registry.get_job_ids(cleanup=False)
+    return ids
+
+
+def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"id": call_id, "name": name, "arguments": arguments}
+
+
+def two_batches(executor: Executor, tag: str) -> Turn:
+    """A turn of two batches: ``<tag>-first`` (echo), then ``<tag>-after`` (bash) after it."""
+    return executor.submit([call(f"{tag}-first", "echo", text=f"{tag} done"),
+                            call(f"{tag}-after", "bash", command=f"echo {tag} after")])  # fmt: skip
+
+
+def publish_ok(executor: Executor, turn: Turn, index: int, content: str) -> None:
+    """Store a call's result as its worker does before it returns the job to RQ."""
+    found = turn.plan.call_ids[index]
+    stored = ResultStore(executor.client, executor.keys).publish(
+        turn.turn_id,
+        ToolResult(call_id=found, name=turn.plan.tools[index], status=ToolStatus.OK,
+                   content=content, original_chars=len(content)),
+    )  # fmt: skip
+    assert stored
+
+
+def requeue_events(executor: Executor) -> list[Any]:
+    return [e for e in events(executor.client, executor.keys) if e.event == "job_requeued"]
+
+
+# -- F2: a job RQ still records as started by the dead worker --------------------------
+
+
+def test_started_job_with_a_result_is_ended_and_its_dependents_run(
+    executor: Executor, reaper: Reaper, workers: Workers
+) -> None:
+    turn = two_batches(executor, "f2")
+    first, after = turn.plan.job_ids[0], turn.plan.job_ids[1]
+    other = executor.submit([call("other", "echo", text="other")])
+    other_id = other.plan.job_ids[0]
+    assert status(executor, after) is JobStatus.DEFERRED
+
+    # Worker X starts the first call and stores its result, then dies before RQ's end.
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    start(x, dequeue(x, first))
+    publish_ok(executor, turn, 0, "f2 done")
+    # A live worker Y runs a call of another turn.
+    y = rq_worker(executor, f"y-{uuid.uuid4().hex[:8]}")
+    start(y, dequeue(y, other_id))
+    assert status(executor, first) is JobStatus.STARTED
+    assert not executor.client.exists(executor.keys.worker_current(x.name))
+
+    assert reaper.bury(dead(x.name))
+
+    assert status(executor, first) is JobStatus.CANCELED
+    assert first not in started_ids(executor)
+    assert status(executor, after) is JobStatus.QUEUED
+    assert executor.queue.get_job_ids() == [after]
+    # Y's job is not the dead worker's: untouched.
+    assert status(executor, other_id) is JobStatus.STARTED
+    assert other_id in started_ids(executor)
+    assert not named(events(executor.client, executor.keys), "call_lost")
+
+    workers.start(1)
+    done, ran = executor.collect(turn, timeout=PATIENCE_S)
+    assert (done.status, done.content) == (ToolStatus.OK, "f2 done")
+    assert ran.status is ToolStatus.OK, ran.content
+    assert "f2 after" in ran.content
+
+
+def test_started_job_without_a_result_is_answered_worker_lost(
+    executor: Executor, reaper: Reaper
+) -> None:
+    turn = two_batches(executor, "nores")
+    first, after = turn.plan.job_ids[0], turn.plan.job_ids[1]
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    start(x, dequeue(x, first))
+
+    assert reaper.bury(dead(x.name, "was killed by signal SIGKILL"))
+
+    lost = ResultStore(executor.client, executor.keys).get("nores-first")
+    assert lost is not None
+    assert lost.error_type is ErrorType.WORKER_LOST
+    assert f"({x.name}, pid {2**23}) was killed by signal SIGKILL" in lost.content
+    (event,) = named(events(executor.client, executor.keys), "call_lost")
+    assert (event.call_id, event.worker, event.data["by"]) == ("nores-first", x.name, "pool")
+    assert status(executor, first) is JobStatus.CANCELED
+    assert status(executor, after) is JobStatus.QUEUED
+
+
+# -- F5: a job the dead worker took off the queue and never started --------------------
+
+
+@pytest.mark.parametrize("step", ["dequeued", "execution_recorded"])
+def test_dequeued_job_goes_back_on_its_queue_once_and_runs(
+    executor: Executor, reaper: Reaper, workers: Workers, step: str
+) -> None:
+    turn = executor.submit([call("f5", "echo", text="back again")])
+    (rq_id,) = turn.plan.job_ids.values()
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    job = dequeue(x, rq_id)
+    if step == "execution_recorded":
+        x.prepare_execution(job)
+        assert rq_id in started_ids(executor)
+    assert intermediate(executor) == [rq_id]
+    assert executor.queue.get_job_ids() == []
+
+    began = time.monotonic()
+    assert reaper.bury(dead(x.name))
+    # X was the queue's only worker: no grace to wait.
+    assert time.monotonic() - began < GRACE_S
+
+    assert executor.queue.get_job_ids() == [rq_id]
+    assert intermediate(executor) == []
+    assert rq_id not in started_ids(executor)
+    assert status(executor, rq_id) is JobStatus.QUEUED
+    (event,) = requeue_events(executor)
+    assert (event.call_id, event.worker, event.data["job_id"]) == ("f5", x.name, rq_id)
+    # Burying again (a retry) puts nothing back twice.
+    assert reaper.bury(dead(x.name))
+    assert executor.queue.get_job_ids() == [rq_id]
+    assert len(requeue_events(executor)) == 1
+
+    workers.start(1)
+    (result,) = executor.collect(turn, timeout=PATIENCE_S)
+    assert (result.status, result.content) == (ToolStatus.OK, "back again")
+
+
+def test_dequeued_job_of_a_live_worker_is_left_alone(executor: Executor, reaper: Reaper) -> None:
+    turn = executor.submit([call("mine", "echo", text="mine"), call("late", "echo", text="late")])
+    mine, late = turn.plan.job_ids[0], turn.plan.job_ids[1]
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    y = rq_worker(executor, f"y-{uuid.uuid4().hex[:8]}")
+    # Y, alive, is between its dequeue and its start of ``mine`` (its execution recorded) ...
+    y.prepare_execution(dequeue(y, mine))
+    # ... and has just dequeued ``late``: it records the execution while X is being buried.
+    late_job = dequeue(y, late)
+    recorded = threading.Timer(GRACE_S / 4, y.prepare_execution, args=(late_job,))
+    recorded.start()
+    try:
+        assert reaper.bury(dead(x.name))
+    finally:
+        recorded.join()
+
+    assert intermediate(executor) == [mine, late]
+    assert executor.queue.get_job_ids() == []
+    assert set(started_ids(executor)) == {mine, late}
+    assert requeue_events(executor) == []
+
+
+def test_dequeued_job_without_an_owner_is_requeued_after_the_grace(
+    executor: Executor, reaper: Reaper, workers: Workers
+) -> None:
+    turn = executor.submit([call("orphan", "echo", text="found")])
+    (rq_id,) = turn.plan.job_ids.values()
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    dequeue(x, rq_id)
+    # A live worker serves the queue too: it might be the one that took the job.
+    workers.start(1)
+
+    began = time.monotonic()
+    assert reaper.bury(dead(x.name))
+    waited = time.monotonic() - began
+
+    assert waited >= GRACE_S
+    (event,) = requeue_events(executor)
+    assert "no live worker started it within" in event.data["reason"]
+    (result,) = executor.collect(turn, timeout=PATIENCE_S)
+    assert (result.status, result.content) == (ToolStatus.OK, "found")
+    assert intermediate(executor) == []
+
+
+# -- through a real pool ---------------------------------------------------------------
+
+
+@pytest.fixture
+def pool(settings: Settings) -> Iterator[WorkerPool]:
+    with running_pool(settings, 1, check_interval=0.1) as made:
+        yield made
+
+
+def stop_in_blmove(client: redis.Redis, pool: WorkerPool) -> int:
+    """SIGSTOP the pool's only child while it blocks in BLMOVE; return its pid.
+
+    Redis serves a blocked BLMOVE by itself: a job pushed now lands in the intermediate list
+    as the child's, though the child never reads the reply.
+    """
+    (child,) = pool.children
+    assert child.pid is not None
+
+    def blocked() -> bool:
+        return any(c.get("cmd") == "blmove" and "b" in c.get("flags", "")
+                   for c in client.client_list())  # fmt: skip
+
+    wait_for(blocked, "the pool's child to block in BLMOVE")
+    os.kill(child.pid, signal.SIGSTOP)
+    return child.pid
+
+
+def refilled(pool: WorkerPool, pid: int) -> bool:
+    (child,) = pool.children
+    return child.alive and child.pid != pid
+
+
+def test_pool_requeues_the_job_its_killed_child_had_dequeued(
+    pool: WorkerPool, executor: Executor
+) -> None:
+    pid = stop_in_blmove(executor.client, pool)
+    try:
+        turn = executor.submit([call("taken", "list_directory")])
+        (rq_id,) = turn.plan.job_ids.values()
+        wait_for(lambda: intermediate(executor) == [rq_id], "Redis to hand the job over")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+    (result,) = executor.collect(turn, timeout=PATIENCE_S)
+
+    assert result.status is ToolStatus.OK, result.content
+    (event,) = requeue_events(executor)
+    assert (event.call_id, event.data["job_id"]) == ("taken", rq_id)
+    assert "no other live worker serves its queue" in event.data["reason"]
+    wait_for(lambda: refilled(pool, pid), "the slot to be refilled")
+
+
+def test_pool_ends_the_started_job_its_killed_child_left(
+    pool: WorkerPool, executor: Executor
+) -> None:
+    pid = stop_in_blmove(executor.client, pool)
+    (child,) = pool.children
+    try:
+        turn = two_batches(executor, "pool")
+        first = turn.plan.job_ids[0]
+        wait_for(lambda: intermediate(executor) == [first], "Redis to hand the job over")
+        # The child's next steps, as RQ takes them: start, run, store the result; it dies
+        # before RQ records the job's end.
+        stand_in = rq_worker(executor, child.name, register=False)
+        start(stand_in, Job.fetch(first, connection=executor.client, serializer=JSONSerializer))
+        publish_ok(executor, turn, 0, "pool done")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+
+    done, ran = executor.collect(turn, timeout=PATIENCE_S)
+
+    assert (done.status, done.content) == (ToolStatus.OK, "pool done")
+    assert ran.status is ToolStatus.OK, ran.content
+    assert status(executor, first) is JobStatus.CANCELED
+    assert not named(events(executor.client, executor.keys), "call_lost")

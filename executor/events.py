@@ -2,8 +2,11 @@
 
 Event names: ``tool_execution_started``, ``tool_result`` (with ``duration_ms``), ``approval``,
 ``lock_wait``, ``lock_acquired`` (with ``mode`` and ``fence``), ``lock_released``,
-``lock_lost``, ``call_refused`` and ``call_lost``. Each carries the call id, the tool, the
-worker, host and pid that emitted it, and a timestamp.
+``lock_lost``, ``call_refused``, ``call_lost``, ``call_rerun`` (a read-only call run again
+after its lease was lost), ``call_duplicate`` (a job delivered again while its first delivery
+runs: it waits, it does not run) and ``job_requeued`` (a job a dead worker had dequeued and
+never started, put back on its queue). Each carries the call id, the tool, the worker, host
+and pid that emitted it, and a timestamp.
 """
 
 from __future__ import annotations

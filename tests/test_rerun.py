@@ -91,3 +91,27 @@ def test_a_call_with_side_effects_that_lost_its_lease_is_not_run_again(
     seen = events(client)
     assert not named(seen, "call_rerun", ["b"])
     assert len(named(seen, "tool_execution_started", ["b"])) == 1
+
+
+def test_a_job_delivered_twice_runs_once_and_its_second_delivery_waits_for_the_result(
+    settings: Settings, pool: Workers, client: redis.Redis
+) -> None:
+    # RQ can deliver a job again (its maintenance puts back jobs it thinks stuck): the second
+    # delivery must neither run the call nor end the job before the first run has answered.
+    pool.start(2)
+    call = {"id": "d", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": 1500}}
+    with Executor(settings=settings, registry=dist_tools.registry()) as executor:
+        write = {"id": "next", "name": "write_file", "arguments": {"path": "b", "content": "x"}}
+        turn = executor.submit([call, write])  # the write waits for the read
+        wait_for_event(client, "tool_execution_started", "d")
+        executor.queue.push_job_id(turn.plan.job_ids[0])
+        wait_for_event(client, "call_duplicate", "d")
+        first, after = executor.collect(turn, timeout=60)
+
+    assert ok(first) == "content"
+    assert ok(after) == "Successfully wrote 1 bytes to b"
+    seen = events(client)
+    assert len(named(seen, "tool_execution_started", ["d"])) == 1
+    [result] = named(seen, "tool_result", ["d"])
+    [started_next] = named(seen, "tool_execution_started", ["next"])
+    assert started_next.ts > result.ts  # the turn's order held

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 _EVENT_ARGUMENT_CHARS = 2000
 # How long a worker keeps trying to store a result while Redis does not answer.
 _PUBLISH_PATIENCE_S = 30.0
+# How often a second delivery of a job looks for the first delivery's result.
+_DUPLICATE_POLL_S = 0.2
 
 
 class WorkerRuntime:
@@ -89,17 +91,22 @@ class WorkerRuntime:
             self.keys.worker_current(self.worker_name),
             self.keys.running(call.id),
         )
-        # One round trip to start: is it answered already, mark it as ours, is it cancelled.
+        # One round trip to start: is it answered already, claim it, is it cancelled.
         with self.client.pipeline(transaction=False) as pipe:
             pipe.get(self.keys.result(call.id))
             pipe.set(current_key, job.model_dump_json(), ex=24 * 3600)
-            pipe.set(running_key, self.worker_name, px=self._liveness_ms)
+            pipe.set(running_key, self.worker_name, px=self._liveness_ms, nx=True)
             pipe.exists(self.keys.turn_cancel(job.turn_id))
-            existing, _, _, cancel_flag = pipe.execute()
+            existing, _, claimed, cancel_flag = pipe.execute()
+        if not claimed and existing is None:
+            # A job delivered twice (RQ put it back while its first delivery still runs):
+            # it must not run twice, nor end before the run does (its dependents would start).
+            with contextlib.suppress(redis.RedisError):
+                self.client.delete(current_key)
+            return self._await_other_run(job).model_dump(mode="json")
         try:
             if existing is not None:
-                # A job delivered twice (e.g. re-enqueued after its worker was presumed lost)
-                # must not run twice: the first stored result stands.
+                # A job delivered again after it was answered: the first stored result stands.
                 return ToolResult.model_validate_json(existing).model_dump(mode="json")
             cancelled = threading.Event()
             if cancel_flag:
@@ -118,6 +125,34 @@ class WorkerRuntime:
         finally:
             with contextlib.suppress(redis.RedisError):
                 self.client.delete(current_key, running_key)
+
+    def _await_other_run(self, job: CallJob) -> ToolResult:
+        """The result of the run another worker holds; ``worker_lost`` if that worker dies."""
+        call = job.call
+        self.events.emit("call_duplicate", call_id=call.id, turn_id=job.turn_id, tool=call.name)
+        gone_since: float | None = None
+        while True:
+            with self.client.pipeline(transaction=False) as pipe:
+                pipe.get(self.keys.result(call.id))
+                pipe.exists(self.keys.running(call.id))
+                stored, running = pipe.execute()
+            if stored is not None:
+                return ToolResult.model_validate_json(stored)
+            now = time.monotonic()
+            gone_since = None if running else (gone_since or now)
+            # The liveness key's expiry already proves a silent worker; the grace covers one
+            # that just stored its result and let go of the key.
+            if gone_since is not None and now - gone_since > 2 * self.settings.call_heartbeat_s:
+                message = (
+                    f"The worker running {call.name!r} stopped before it stored a result. The "
+                    "call may have run in part; check its effects before calling it again."
+                )
+                return self._publish(job, ToolResult(
+                    call_id=call.id, name=call.name, status=ToolStatus.ERROR, content=message,
+                    original_chars=len(message), error_type=ErrorType.WORKER_LOST,
+                    error_message=message,
+                ))  # fmt: skip
+            time.sleep(_DUPLICATE_POLL_S)
 
     def _rerun_allowed(self, job: CallJob, result: ToolResult) -> bool:
         """Whether a read-only call that lost its lease may run once more (never twice)."""

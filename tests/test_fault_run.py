@@ -8,8 +8,11 @@ proxied worker cut off beyond its lease, one Redis restart. Every check must fin
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +22,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 from _fault_checks import (
+    EDIT_LOG,
+    EDIT_LOG_START,
     CallRecord,
     EndState,
     Fault,
@@ -31,8 +36,10 @@ from _fault_checks import (
     payload,
     payload_writer,
 )  # fmt: skip
+from _fault_observe import Observer
 from _tcp_proxy import TcpProxy
 from fault_run import Config, Harness
+from waiting import wait_for
 
 from executor.embedded_redis import RedisServer
 from executor.events import Event
@@ -139,3 +146,66 @@ def test_proxy_cut_blackholes_and_restore_reconnects() -> None:
         finally:
             client.close()
             proxy.stop()
+
+
+def _commit(workspace: Path, name: str, text: str) -> None:
+    """A write as toolpool commits it: a temporary file renamed over the target."""
+    temporary = workspace / f".{name}.tmp"
+    temporary.write_text(text)
+    os.replace(temporary, workspace / name)
+
+
+def _shared_waiter_blocked(directory: Path) -> bool:
+    """True while some process waits for a shared flock on ``directory`` (/proc/locks)."""
+    inode = os.stat(directory).st_ino
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        waiting = "->" in fields and "FLOCK" in fields and "READ" in fields
+        if waiting and fields[-3].endswith(f":{inode}"):
+            return True
+    return False
+
+
+def test_observer_never_sees_a_write_undone_under_the_commit_barrier(tmp_path: Path) -> None:
+    _commit(tmp_path, "f0.txt", payload("init", 1))
+    _commit(tmp_path, EDIT_LOG, EDIT_LOG_START)
+    sightings: list[Sighting] = []
+    done = threading.Event()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    thread = threading.Thread(target=Observer(tmp_path, ["f0.txt"], sightings).run, args=(done,))
+    thread.start()
+    writer = os.open(tmp_path, os.O_RDONLY)
+    try:
+        wait_for(lambda: any(s.writer == "init" for s in sightings), "the first sighting")
+        # A writer whose post-rename fence re-check fails rolls the rename back under LOCK_EX:
+        # the observer waits on the barrier meanwhile, and never sees the undone write.
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        _commit(tmp_path, "f0.txt", payload("undone", 2))
+        wait_for(lambda: _shared_waiter_blocked(tmp_path), "the observer to wait on the barrier")
+        _commit(tmp_path, "f0.txt", payload("init", 1))
+        fcntl.flock(writer, fcntl.LOCK_UN)
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        _commit(tmp_path, "f0.txt", payload("kept", 3))
+        fcntl.flock(writer, fcntl.LOCK_UN)
+        wait_for(lambda: any(s.writer == "kept" for s in sightings), "the kept write's sighting")
+        # Between rounds the observer holds nothing: a writer gets LOCK_EX without waiting,
+        # again and again, while the observer keeps reading.
+        taken = [0]
+
+        def try_exclusive() -> bool:
+            try:
+                fcntl.flock(writer, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(writer, fcntl.LOCK_UN)
+            taken[0] += 1
+            return taken[0] >= 20
+
+        wait_for(try_exclusive, "20 non-blocking exclusive grants", timeout=10.0, interval=0.005)
+    finally:
+        done.set()
+        thread.join(timeout=10.0)
+        os.close(writer)
+    assert not thread.is_alive()
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # the observer closed its fd
+    assert [s.writer for s in sightings if s.path == "f0.txt"] == ["init", "kept"], sightings

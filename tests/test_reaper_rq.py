@@ -370,3 +370,29 @@ def test_pool_ends_the_started_job_its_killed_child_left(
     assert ran.status is ToolStatus.OK, ran.content
     assert status(executor, first) is JobStatus.CANCELED
     assert not named(events(executor.client, executor.keys), "call_lost")
+
+
+def test_pool_requeues_a_job_a_live_worker_dequeued_and_never_started(
+    pool: WorkerPool, executor: Executor
+) -> None:
+    # A worker cut off from Redis just as its BLMOVE was served never reads the reply: Redis
+    # moved the job to the intermediate list, the worker lives on. Nobody dies; X plays it.
+    (child,) = pool.children
+    pid = stop_in_blmove(executor.client, pool)
+    try:
+        stranded_call = call("stranded", "calculator", expression="6*7")
+        turn = executor.submit([call("first", "list_directory"), stranded_call])
+        first, stranded = turn.plan.job_ids[0], turn.plan.job_ids[1]
+        wait_for(lambda: intermediate(executor) == [first], "the child's BLMOVE to be served")
+        dequeue(rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}"), stranded)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+    done, found = executor.collect(turn, timeout=PATIENCE_S)
+
+    assert done.status is ToolStatus.OK, done.content
+    assert (found.status, found.content) == (ToolStatus.OK, "6*7 = 42")
+    (event,) = requeue_events(executor)
+    assert (event.call_id, event.data["job_id"]) == ("stranded", stranded)
+    assert "no worker started it within" in event.data["reason"]
+    assert [(c.pid, c.alive) for c in pool.children] == [(child.pid, True)]

@@ -36,6 +36,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import redis
+
 from executor.errors import ConfigurationError
 from executor.settings import ENV_PREFIX, Settings, TruncationPolicy
 from workers.process import worker_name
@@ -49,6 +51,8 @@ log = logging.getLogger(__name__)
 _QUICK_DEATH_S = 5.0
 _BACKOFF_FIRST_S = 0.5
 _BACKOFF_MAX_S = 30.0
+# How often the supervisor looks for jobs stranded between RQ's dequeue and a start.
+_SWEEP_INTERVAL_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,7 @@ class WorkerPool:
         self._reaper = Reaper(redis_url, self.settings, socket.gethostname())
         self._started = False
         self._halt = threading.Event()  # tells the supervisor thread to end
+        self._next_sweep = 0.0
         self._thread: threading.Thread | None = None
         # Set by signal handlers: plain attributes, since a handler must not take a lock
         # that the interrupted code may hold.
@@ -271,7 +276,13 @@ class WorkerPool:
                 log.exception("toolpool: pool supervision round failed")
 
     def _check(self) -> None:
-        """One supervision round: handle dead children, start replacements when due."""
+        """One supervision round: dead children, replacements when due, stranded jobs."""
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + _SWEEP_INTERVAL_S
+            try:
+                self._reaper.sweep_dequeued()
+            except redis.RedisError as exc:
+                log.debug("toolpool: sweep of dequeued jobs skipped: %s", exc)
         for slot in self._slots:
             if slot.process is not None and slot.process.poll() is not None:
                 self._on_exit(slot, expected=False)

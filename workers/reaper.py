@@ -79,6 +79,8 @@ class Reaper:
     ) -> None:
         self._settings = settings
         self._grace = grace
+        # Jobs seen unstarted in the intermediate list by sweep_dequeued, and since when.
+        self._first_seen: dict[str, float] = {}
         self._host = host
         self._keys = Keys(settings.key_prefix)
         self._client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
@@ -163,19 +165,19 @@ class Reaper:
             error_message=message,
         )  # fmt: skip
         if self._results.publish(job.turn_id, lost):
-            self._events(dead).emit("call_lost", call_id=call.id, turn_id=job.turn_id,
+            self._events(dead.name).emit("call_lost", call_id=call.id, turn_id=job.turn_id,
                                     tool=call.name, reason=dead.reason, worker_pid=dead.pid,
                                     by="pool")  # fmt: skip
             log.warning("toolpool: call %s (%s) of worker %s answered as worker_lost",
                         call.id, call.name, dead.name)  # fmt: skip
 
-    def _events(self, dead: DeadChild) -> EventLog:
+    def _events(self, worker: str) -> EventLog:
         return EventLog(self._client, self._keys, maxlen=self._settings.events_maxlen,
-                        worker=dead.name)  # fmt: skip
+                        worker=worker)  # fmt: skip
 
     def _served_queues(self, name: str) -> list[Queue]:
         """The queues worker ``name`` took jobs from: the pool's, and those RQ recorded."""
-        names = [call_queue(self._client, self._keys, self._settings.queue).name]
+        names = [self._pool_queue().name]
         raw = self._client.hget(Worker.redis_worker_namespace_prefix + name, "queues")
         if raw:
             names += [n for n in as_text(raw).split(",") if n and n not in names]
@@ -239,9 +241,30 @@ class Reaper:
         for rq_job_id in waiting:
             self._requeue(dead, queue, rq_job_id, why)
 
+    def sweep_dequeued(self) -> None:
+        """Put back jobs that sat unstarted in the pool queue's intermediate list too long.
+
+        No worker has to die for this: a worker cut off from Redis while its dequeue (BLMOVE)
+        was answered never receives the job, lives on and dequeues again, and the job waits
+        in the intermediate list for RQ's maintenance, minutes later. A job listed there with
+        no execution for longer than the grace has lost its worker. Should that worker still
+        start it, the run's claim (see ``workers.runtime``) keeps the call from running twice.
+        """
+        queue = self._pool_queue()
+        now = time.monotonic()
+        waiting = dequeued_not_started(queue)
+        self._first_seen = {job: self._first_seen.get(job, now) for job in waiting}
+        why = f"no worker started it within {self._grace:g} s of its dequeue"
+        for rq_job_id, since in self._first_seen.items():
+            if now - since >= self._grace:
+                self._requeue(None, queue, rq_job_id, why)
+
+    def _pool_queue(self) -> Queue:
+        return call_queue(self._client, self._keys, self._settings.queue)
+
     def _requeue(
         self,
-        dead: DeadChild,
+        dead: DeadChild | None,
         queue: Queue,
         rq_job_id: str,
         why: str,
@@ -255,12 +278,12 @@ class Reaper:
             call = _call_of(job)
             if call is not None:
                 found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
-        self._events(dead).emit("job_requeued", job_id=rq_job_id, queue=queue.name,
-                                reason=f"worker {dead.name} {dead.reason}; {why}",
-                                worker_pid=dead.pid, by="pool", **found)  # fmt: skip
+        reason = why if dead is None else f"worker {dead.name} {dead.reason}; {why}"
+        events = self._events(dead.name if dead else "pool")
+        events.emit("job_requeued", job_id=rq_job_id, queue=queue.name, reason=reason,
+                    worker_pid=dead.pid if dead else None, by="pool", **found)  # fmt: skip
         log.warning("toolpool: put job %s back on queue %s: it was taken off by a worker that "
-                    "never started it (worker %s %s; %s)", rq_job_id, queue.name, dead.name,
-                    dead.reason, why)  # fmt: skip
+                    "never started it (%s)", rq_job_id, queue.name, reason)  # fmt: skip
 
     def _other_live_workers(self, queue: Queue, dead_name: str) -> bool:
         """Whether a worker other than ``dead_name`` may be taking jobs from ``queue``.

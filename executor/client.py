@@ -220,7 +220,7 @@ class Executor:
 
         Raises ``RedisUnavailable`` if Redis cannot be reached: before the turn's plan is
         stored nothing runs; after it, the error names the turn, whose enqueued calls run and
-        whose other calls ``collect`` answers with ``timeout``.
+        whose other calls ``collect`` answers ``cancelled`` ("never enqueued").
         """
         parsed = [parse_call(item) for item in calls]
         _refuse_duplicate_ids(parsed)
@@ -237,7 +237,7 @@ class Executor:
             raise self._unreachable(
                 exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of its "
                 f"{len(progress.total)} calls enqueued by then run; collect({turn_id!r}) "
-                "answers the others with timeout", turn_id,
+                "answers the others as never enqueued ('did not run')", turn_id,
             ) from None  # fmt: skip
 
     def _submit(self, turn_id: str, parsed: list[ToolCall], progress: _Progress) -> Turn:
@@ -471,9 +471,22 @@ class Executor:
                 now = time.monotonic()
                 watch.missing_since = watch.missing_since or now
                 # The key's expiry already proves call_liveness_s without a heartbeat; the
-                # grace only covers a job RQ has started whose worker has not set it yet.
+                # grace only covers a job RQ has started whose worker has not set it yet (or
+                # a submit elsewhere still enqueueing).
                 if now - watch.missing_since < 2 * self.settings.call_heartbeat_s:
                     continue
+            if status is None:
+                # No job and no run: the submit lost Redis before it enqueued this call.
+                answer = _error(
+                    call_id, plan.tools[index], ErrorType.CANCELLED,
+                    f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
+                    "be reached while its turn was submitted). Call it again.",
+                )  # fmt: skip
+                self.results.publish(plan.turn_id, answer)
+                stored = self.results.get(call_id)
+                if stored is not None:
+                    results[call_id] = stored
+                continue
             lost = _error(
                 call_id, plan.tools[index], ErrorType.WORKER_LOST,
                 f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "

@@ -19,6 +19,8 @@ from dist_helpers import PATIENCE_S, running_pool
 from expect import ok
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from rq.job import Job
+from rq.serializers import JSONSerializer
 from waiting import wait_for
 
 from executor import ErrorType, Settings
@@ -149,3 +151,20 @@ def _answers(server: RedisServer) -> bool:
         return False
     finally:
         client.close()
+
+
+def test_calls_a_failed_submit_never_enqueued_are_answered_did_not_run(
+    server: RedisServer, settings: Settings
+) -> None:
+    # The state a submit leaves when Redis goes away after the turn's plan and the first
+    # call's job: the second call has no job at all.
+    with Executor(settings=settings) as executor:
+        turn = executor.submit([_read("stored"), _read("never")])
+        Job.fetch(turn.plan.job_ids[1], connection=executor.client,
+                  serializer=JSONSerializer).delete()  # fmt: skip
+        with running_pool(settings, 1):
+            stored, never = executor.collect(turn, timeout=PATIENCE_S)
+
+    assert ok(stored) == "hello"
+    assert never.error_type is ErrorType.CANCELLED
+    assert "did not run: it was never enqueued" in never.content

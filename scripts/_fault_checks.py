@@ -20,6 +20,8 @@ from typing import Any
 from executor.events import Event
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
+READ_ONLY_TOOLS = frozenset({"read_file", "grep", "glob", "list_directory", "calculator",
+                             "get_weather"})  # fmt: skip
 EDIT_LOG = "edits.log"
 EDIT_LOG_START = "edits:\nEND\n"
 _DID_NOT_RUN = frozenset({"lock_unavailable", "cancelled", "rejected"})
@@ -58,24 +60,13 @@ def _digest(body: str) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-# Faults this run found in toolpool's core, reported to the lead and not fixed yet: their
-# violations are still counted and printed, marked with the id, so a run can tell them from
-# new ones. Remove an entry once its fix has landed.
-# Faults the harness found that are not fixed yet (F1 and F3 are: the release of a lease that
-# fails no longer turns a call that ran into "did not run", and a commit that passed the fence
-# keeps its success when the lease is lost afterwards). A violation matching one is printed
-# but does not fail the run; anything else does.
-KNOWN_FAULTS: dict[str, tuple[str, ...]] = {
-    # An RQ job left started when Redis died during its finalisation; the turn's later calls
-    # stay deferred and time out.
-    "F2": ("started or deferred",),
-    # The fence check and the rename are two steps: a pause between them lands the write after
-    # the lease ended and another holder was granted, overwriting acknowledged writes.
-    "F4": ("landed after the next grant", "succeeded but is not in"),
-    # A worker killed between RQ's dequeue and the job's start leaves it in RQ's intermediate
-    # queue; no one answers the call before the collect timeout (F2 also ends this way).
-    "F5": ("answered timeout",),
-}
+# Faults the harness found that are not fixed yet: a violation matching one is printed, marked
+# with the id, but does not fail the run; anything else does. Empty: F1 to F5, found by the
+# first long runs, are fixed (F1 a failed lease release turned "ran" into "did not run"; F2
+# jobs left started by a worker that died in RQ's finalisation; F3 a committed write answered
+# lock_lost; F4 a write landing between the fence check and the rename after the lease ended;
+# F5 jobs stranded between RQ's dequeue and a start), each with a regression test.
+KNOWN_FAULTS: dict[str, tuple[str, ...]] = {}
 
 
 def known_fault(violation: str) -> str | None:
@@ -155,13 +146,19 @@ class _Hold:
 def check_holds(
     events: list[Event], records: dict[str, CallRecord], faults: list[Fault],
     sightings: list[Sighting],
-) -> CheckResult:  # fmt: skip
-    """Check 1: no exclusive hold overlapped another while its lease was valid."""
-    out = CheckResult("1 exclusive holds never overlap")
+) -> tuple[CheckResult, CheckResult]:  # fmt: skip
+    """Check 1, in two parts.
+
+    1a: no exclusive hold overlapped another while both leases were valid. 1b: every holder
+    that outlived its lease had its writes refused: none landed after the next grant, and no
+    write the fence refused landed at all.
+    """
+    valid = CheckResult("1a no overlap while leases valid")
+    fenced = CheckResult("1b lost leases' writes refused")
     holds = _holds(events, faults)
     first_seen = _first_landing(sightings)
-    open_ended = [h for h in holds.values() if h.end is None]
-    ordered = sorted((h for h in holds.values() if h.end is not None), key=lambda h: h.start)
+    open_ended = [h for h in holds if h.end is None]
+    ordered = sorted((h for h in holds if h.end is not None), key=lambda h: h.start)
     overlaps = excused = 0
     reported: set[str] = set()
     for i, early in enumerate(ordered):
@@ -172,44 +169,64 @@ def check_holds(
             if "exclusive" not in (early.mode, late.mode):
                 continue
             overlaps += 1
-            verdict = _judge(early, late, first_seen)
-            if verdict is None:
-                excused += 1
-            elif early.call_id not in reported:  # one line per holder, at its first overlap
+            label = f"{early.tool} {early.call_id} [{early.start:.3f}..{early.end:.3f}] vs " \
+                    f"{late.tool} {late.call_id} from {late.start:.3f}"  # fmt: skip
+            if early.held is True:
+                if early.call_id not in reported:  # one line per holder
+                    reported.add(early.call_id)
+                    valid.violations.append(f"both leases valid: {label}")
+                continue
+            excused += 1
+            # A write the observer never saw was overwritten before it looked: nothing to
+            # hold against it.
+            landing = first_seen.get(early.call_id)
+            late_write = (early.tool in WRITE_TOOLS and landing is not None
+                          and landing.before > late.start)  # fmt: skip
+            if late_write and early.call_id not in reported:
                 reported.add(early.call_id)
-                out.violations.append(verdict)
-    out.notes.append(
-        f"holds {len(holds)}, overlaps {overlaps} (the earlier lease lost: "
-        f"{excused} excused: no write of it landed after the next grant)"
-    )
+                fenced.violations.append(
+                    f"a lost holder's write landed after the next grant: {label}"
+                )
+    valid.notes.append(f"holds {len(holds)}, overlaps {overlaps}, of which with the earlier "
+                       f"lease lost {excused}")  # fmt: skip
     if open_ended:
-        out.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
-                         "while Redis was down); not checkable")  # fmt: skip
-    lost_writes = [
-        h for h in holds.values()
-        if h.held is False and h.tool in WRITE_TOOLS
-        and (rec := records.get(h.call_id)) is not None and rec.status == "ok"
-    ]  # fmt: skip
-    lost = sum(h.held is False for h in holds.values())
-    out.notes.append(f"lost leases {lost}, of which writes answered ok (committed before "
-                     f"the loss): {len(lost_writes)}")  # fmt: skip
-    return out
+        valid.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
+                           "while Redis was down); not checkable")  # fmt: skip
+    landed = {s.writer for s in sightings if s.writer is not None}
+    for rec in records.values():
+        if rec.error_type == "lock_lost" and "not committed" in rec.message \
+                and rec.call_id in landed:  # fmt: skip
+            fenced.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, "
+                                     "yet it landed")  # fmt: skip
+    lost = [h for h in holds if h.held is False]
+    lost_writes = [h for h in lost if h.tool in WRITE_TOOLS]
+    outcome = Counter(
+        "ok (committed before the loss)" if (r := records.get(h.call_id)) and r.status == "ok"
+        else f"{r.error_type}" if r else "no record"
+        for h in lost_writes
+    )  # fmt: skip
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())) or "-"
+    fenced.notes.append(f"lost leases {len(lost)}; of writes {len(lost_writes)}: {shown}")
+    return valid, fenced
 
 
-def _holds(events: list[Event], faults: list[Fault]) -> dict[str, _Hold]:
+def _holds(events: list[Event], faults: list[Fault]) -> list[_Hold]:
+    """Every grant, in order; a call run again (call_rerun) has one hold per run."""
     killed = {f.pid: f.start for f in faults if f.kind.startswith("kill") and f.pid}
-    holds: dict[str, _Hold] = {}
+    holds: list[_Hold] = []
+    current: dict[str, _Hold] = {}
     for item in events:
         if item.event == "lock_acquired":
-            holds[item.call_id] = _Hold(item.call_id, item.tool, str(item.data.get("mode")),
-                                        item.pid, item.ts)  # fmt: skip
-        elif item.event == "lock_released" and item.call_id in holds:
-            hold = holds[item.call_id]
+            hold = _Hold(item.call_id, item.tool, str(item.data.get("mode")), item.pid, item.ts)
+            holds.append(hold)
+            current[item.call_id] = hold
+        elif item.event == "lock_released" and item.call_id in current:
+            hold = current[item.call_id]
             hold.end = float(item.data.get("released_at", item.ts))
             hold.held = bool(item.data.get("held"))
-        elif item.event == "lock_lost" and item.call_id in holds:
-            holds[item.call_id].lost_event = True
-    for hold in holds.values():
+        elif item.event == "lock_lost" and item.call_id in current:
+            current[item.call_id].lost_event = True
+    for hold in holds:
         if hold.end is None and hold.pid in killed and killed[hold.pid] >= hold.start:
             hold.end = killed[hold.pid]
     return holds
@@ -222,21 +239,6 @@ def _first_landing(sightings: list[Sighting]) -> dict[str, Sighting]:
         if seen.writer is not None and seen.writer not in first:
             first[seen.writer] = seen
     return first
-
-
-def _judge(early: _Hold, late: _Hold, first_seen: dict[str, Sighting]) -> str | None:
-    """None if the overlap is allowed (the earlier lease was lost and fenced), else why not."""
-    label = f"{early.tool} {early.call_id} [{early.start:.3f}..{early.end:.3f}] vs " \
-            f"{late.tool} {late.call_id} from {late.start:.3f}"  # fmt: skip
-    if early.held is True:
-        return f"both leases valid: {label}"
-    if early.tool not in WRITE_TOOLS:
-        return None  # read-only or bash; bash touches no shared file in this run
-    # A write the observer never saw was overwritten before it looked: nothing to hold against.
-    landing = first_seen.get(early.call_id)
-    if landing is not None and landing.before > late.start:
-        return f"a lost holder's write landed after the next grant: {label}"
-    return None
 
 
 def check_results(
@@ -263,10 +265,18 @@ def check_results(
             out.violations.append(f"{rec.tool} {rec.call_id} answered timeout: stuck until the "
                                   "collect timeout")  # fmt: skip
     starts = Counter(e.call_id for e in events if e.event == "tool_execution_started")
+    # A read-only call that lost its lease is run once more by its worker, on purpose.
+    reruns = Counter(e.call_id for e in events if e.event == "call_rerun")
     for call_id, count in starts.items():
         rec = records.get(call_id)
-        if count > 1 and (rec is None or rec.error_type != "worker_lost"):
+        if count > 1 + reruns[call_id] and (rec is None or rec.error_type != "worker_lost"):
             out.violations.append(f"{call_id} started {count} times")
+    for call_id in reruns:
+        rec = records.get(call_id)
+        if rec is not None and rec.tool not in READ_ONLY_TOOLS:
+            out.violations.append(f"{rec.tool} {call_id} has side effects and was run again")
+    if reruns:
+        out.notes.append(f"read-only calls run again after a lost lease: {len(reruns)}")
     said_not_run = [c for c, n in starts.items() if n and c in records
                     and records[c].error_type in _DID_NOT_RUN]  # fmt: skip
     if said_not_run:
@@ -309,12 +319,8 @@ def check_files(
     if EDIT_LOG in finals:
         landed.update(edit_ids(finals[EDIT_LOG]) or [])
     for rec in records.values():
-        if rec.error_type != "lock_lost" or rec.call_id not in landed:
-            continue
-        if "not committed" in rec.message:
-            out.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, yet "
-                                  "it landed")  # fmt: skip
-        else:
+        if rec.error_type == "lock_lost" and rec.call_id in landed \
+                and "not committed" not in rec.message:  # fmt: skip
             out.violations.append(f"{rec.tool} {rec.call_id} committed, then answered lock_lost "
                                   "('Call it again')")  # fmt: skip
     for rec in records.values():

@@ -168,7 +168,7 @@ class Harness:
         ran = self.ws / RAN_LOG
         bash_ran = ran.read_text().split() if ran.exists() else []
         checks = [
-            check_holds(events, records, self.faults, self.sightings),
+            *check_holds(events, records, self.faults, self.sightings),
             check_results(records, events, finals[EDIT_LOG], bash_ran),
             check_files(finals, self.sightings, records),
             check_end(state),

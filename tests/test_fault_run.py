@@ -25,6 +25,7 @@ from _fault_checks import (
     EDIT_LOG,
     EDIT_LOG_START,
     CallRecord,
+    CheckResult,
     EndState,
     Fault,
     Sighting,
@@ -88,19 +89,41 @@ def _hold(call_id: str, start: float, end: float, held: bool) -> list[Event]:
 
 def test_overlap_of_two_valid_holds_is_a_violation() -> None:
     events = _hold("a", 10.0, 12.0, True) + _hold("b", 11.0, 13.0, True)
-    assert check_holds(events, {}, [], []).violations
+    valid, fenced = check_holds(events, {}, [], [])
+    assert valid.violations
+    assert not fenced.violations
 
 
 def test_lost_holder_is_excused_unless_its_write_landed_after_the_next_grant() -> None:
     events = _hold("a", 10.0, 14.0, False) + _hold("b", 11.0, 12.0, True)
     records = {"a": CallRecord("a", "write_file", status="error", error_type="lock_lost")}
-    assert not check_holds(events, records, [], []).violations
+    assert not _violations(check_holds(events, records, [], []))
     late = [Sighting("f0.txt", "a", before=11.5, seen=11.6)]
-    assert check_holds(events, records, [], late).violations
+    assert check_holds(events, records, [], late)[1].violations
     killed = _hold("c", 20.0, 30.0, True)[:1] + _hold("d", 21.0, 22.0, True)
     kill = [Fault("kill_holder", 25.0, 25.0, pid=1)]
-    assert not check_holds(killed, {}, kill, []).violations
-    assert check_holds(killed, {}, kill, [Sighting("f1.txt", "c", 23.0, 23.1)]).violations
+    assert not _violations(check_holds(killed, {}, kill, []))
+    assert check_holds(killed, {}, kill, [Sighting("f1.txt", "c", 23.0, 23.1)])[1].violations
+    refused = {"a": CallRecord("a", "write_file", status="error", error_type="lock_lost",
+                               message="The write was not committed: ...")}  # fmt: skip
+    landed = [Sighting("f0.txt", "a", before=9.0, seen=9.5)]
+    assert check_holds(events, refused, [], landed)[1].violations
+
+
+def _violations(results: tuple[CheckResult, CheckResult]) -> list[str]:
+    return [v for result in results for v in result.violations]
+
+
+def test_a_read_run_again_is_allowed_a_write_run_again_is_not() -> None:
+    records = {
+        "r": CallRecord("r", "read_file", status="ok", stored=("ok", None)),
+        "w": CallRecord("w", "write_file", status="ok", stored=("ok", None)),
+    }
+    started = [Event(event="tool_execution_started", call_id=c) for c in ("r", "r", "w", "w")]
+    rerun = [Event(event="call_rerun", call_id=c) for c in ("r", "w")]
+    found = check_results(records, started + rerun, None, []).violations
+    assert found == ["write_file w has side effects and was run again"]
+    assert check_results(records, started, None, []).violations  # no rerun event: twice
 
 
 def test_results_check_finds_lost_doubled_and_misreported_calls() -> None:

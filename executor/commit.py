@@ -67,6 +67,12 @@ def _take(fd: int, mode: int, root: Path, timeout: float) -> None:
             return
         except BlockingIOError:
             pass
+        except OSError as exc:
+            raise ToolError(
+                f"The workspace's file system ({root}) refuses file locks ({exc.strerror}); "
+                "toolpool needs them to commit writes safely, so nothing was changed. Put the "
+                "workspace on a local file system."
+            ) from None
         left = deadline - time.monotonic()
         if left <= 0:
             raise CommitBusy(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -79,7 +80,9 @@ def write_then_freeze(
         passed()
         ctx.fence = passed  # only the first check freezes
         Path(pid_file).write_text(str(os.getpid()))
-        os.kill(os.getpid(), signal.SIGSTOP)
+        # Sent to this thread, the stop takes effect before the thread runs on; sent to the
+        # process, another thread may take it while this one reaches the rename.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
 
     ctx.fence = fence_then_freeze
     replace_file(ctx, ctx.workspace.resolve(path), content.encode())

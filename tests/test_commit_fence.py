@@ -9,6 +9,7 @@ the version it read; and a call stopped for its time limit waits for a commit in
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import threading
@@ -301,3 +302,19 @@ def test_a_holder_frozen_before_its_rename_never_lands_its_write(
     [released] = named(events(client), "lock_released", ["stale"])
     assert released.data["held"] is False  # the stale lease had ended before the fresh grant
     assert grant.data["fence"] > released.data["fence"]
+
+
+def test_a_file_system_without_locks_is_a_clear_error(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NFS, say: flock on a directory fails with EBADF or ENOLCK. A test cannot mount one.
+    def refuse(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr("executor.commit.fcntl.flock", refuse)
+    target = workspace.root / "data.txt"
+    target.write_text("old")
+    with pytest.raises(ToolError, match=r"refuses file locks .* nothing was changed"):
+        replace_file(ToolContext(workspace=workspace), target, b"new")
+    assert target.read_text() == "old"
+    assert _names(workspace.root) == ["data.txt"]

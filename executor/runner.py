@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 # Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
 CLEANUP_GRACE = 5.0
 
-# Results that a lease lost while the call ran turns into lock_lost: success, and the errors
-# the loss itself can cause (the loss sets the call's cancel flag).
-_RESTATED_WHEN_LOST = (None, ErrorType.TOOL_ERROR, ErrorType.CANCELLED)
+# Results that a lease lost while the call ran turns into lock_lost: success, and the error a
+# tool raises when the loss sets the call's cancel flag.
+_RESTATED_WHEN_LOST = (None, ErrorType.TOOL_ERROR)
 
 KeepFullOutput = Callable[[ToolCall, str], "str | None"]
 
@@ -144,6 +144,14 @@ def run_call(call: ToolCall, registry: ToolRegistry, env: CallEnvironment) -> To
         except Exception:
             # The tool has run; failing to leave the guard must not change its answer.
             log.exception("toolpool: leaving the guard of call %s failed", call.id)
+    if held.lost and result.error_type is ErrorType.CANCELLED:
+        # The loss set the cancel flag before the tool started (its worker was paused or cut
+        # off right after the grant): it did not run, and nobody cancelled it.
+        return _finish(
+            call, tool, env.settings, started, ErrorType.LOCK_UNAVAILABLE,
+            f"{tool.name!r} did not run: its lock lease ended before the tool started (its "
+            "worker was paused or cut off from Redis). Call it again.",
+        )  # fmt: skip
     # A tool error may come from the loss itself (it cancels the call); the other errors
     # already say what happened, and a crash is a bug whose trace matters more.
     if held.lost and not held.committed and result.error_type in _RESTATED_WHEN_LOST:

@@ -92,6 +92,10 @@ def test_overlap_of_two_valid_holds_is_a_violation() -> None:
     valid, fenced = check_holds(events, {}, [], [])
     assert valid.violations
     assert not fenced.violations
+    # A later hold whose lease was lost may have been stamped after it ended (its holder was
+    # paused right after the grant): its writes are judged instead (1b).
+    ghost = _hold("a", 10.0, 12.0, True) + _hold("g", 11.0, 11.5, False)
+    assert not _violations(check_holds(ghost, {}, [], []))
 
 
 def test_lost_holder_is_excused_unless_its_write_landed_after_the_next_grant() -> None:

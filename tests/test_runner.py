@@ -252,3 +252,17 @@ def test_a_tool_error_under_a_lost_lock_is_answered_lock_lost_with_the_error(
     assert result.error_type is ErrorType.LOCK_LOST
     assert "the lock was lost while it ran" in result.content
     assert result.content.endswith("It ended with: File not found: a")
+
+
+def test_a_call_whose_lease_ended_before_the_tool_started_did_not_run(
+    workspace: Workspace,
+) -> None:
+    cancelled = threading.Event()
+    cancelled.set()  # what the loss of the lease does, here before the tool starts
+    env = CallEnvironment(workspace=workspace, guard=_Guard(lose=True), cancelled=cancelled)
+    result = run_call(ToolCall(name="structured"), registry, env)
+    assert result.error_type is ErrorType.LOCK_UNAVAILABLE
+    assert result.content == (
+        "'structured' did not run: its lock lease ended before the tool started (its worker "
+        "was paused or cut off from Redis). Call it again."
+    )

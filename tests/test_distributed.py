@@ -203,6 +203,8 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
     with Executor(settings=fast, registry=dist_tools.registry()) as executor:
         turn = executor.submit(calls)
         wait_for_event(client, "tool_execution_started", "long")
+        # The event comes right before the tool runs; bash is started a moment later.
+        wait_for(doomed.child_pids, "the worker to start bash")
         collected: list[list[ToolResult]] = []
         collector = threading.Thread(target=lambda: collected.append(
             executor.collect(turn, timeout=60)))  # fmt: skip

@@ -15,26 +15,25 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from rq.job import JobStatus
 
+from executor.collector import LIVENESS_CHECK_S, Collector
 from executor.contract import Tool
-from executor.errors import ConfigurationError, ToolpoolError
+from executor.errors import ConfigurationError, RedisUnavailable, ToolpoolError
 from executor.events import EventLog, read_events
-from executor.jobs import call_queue, end_lost_job, enqueue_call, enqueue_ready, job_status
+from executor.jobs import call_queue, enqueue_call, job_status
 from executor.keys import Keys
-from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
+from executor.models import ErrorType, ToolCall, ToolResult, parse_call
+from executor.outage import UNREACHABLE, connect, reaching, unreachable
 from executor.registry import ToolRegistry
 from executor.results import ResultStore
 from executor.runner import check_call
-from executor.settings import Settings, shown_url
+from executor.settings import Settings
 from executor.turns import CallJob, TurnPlan, job_id, new_turn_id, partition
 
 log = logging.getLogger(__name__)
@@ -42,28 +41,9 @@ log = logging.getLogger(__name__)
 Approve = Callable[[ToolCall, Tool], bool]
 Check = Callable[[ToolCall, Tool], "str | None"]
 
-# How often a waiting client looks for calls whose worker died.
-_LIVENESS_CHECK_S = 1.0
-# A Redis that stops answering (paused, cut off) fails a command after this long, not never.
-_REDIS_TIMEOUT_S = 10.0
-# Between attempts while collect() rides out an outage: short first (a restart takes ~1 s).
-_OUTAGE_POLL_S = (0.1, 2.0)
-
-# What an unreachable Redis raises; AuthenticationError is a ConnectionError that waiting
-# does not cure, so it is let through as it is.
-_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
-
 
 class TurnError(ToolpoolError):
     """A turn that cannot be submitted as given (e.g. two calls with one id)."""
-
-
-class RedisUnavailable(ToolpoolError):
-    """Redis could not be reached; ``turn_id`` names the turn concerned, if one exists."""
-
-    def __init__(self, message: str, turn_id: str | None = None) -> None:
-        super().__init__(message)
-        self.turn_id = turn_id
 
 
 @dataclass
@@ -83,37 +63,6 @@ class _Progress:
     plan_stored: bool = False
     enqueued: int = 0
     total: dict[int, str] = field(default_factory=dict)
-
-
-@dataclass
-class _Watch:
-    """What collect() has seen of one pending call."""
-
-    missing_since: float | None = None
-    deferred_since: float | None = None
-
-
-@dataclass
-class _Outage:
-    """How long Redis has been away during a collect, and how long to pause before retrying."""
-
-    since: float | None = None
-    attempts: int = 0
-
-    def pause(self) -> float:
-        self.since = self.since or time.monotonic()
-        self.attempts += 1
-        first, most = _OUTAGE_POLL_S
-        return float(min(most, first * 2 ** (self.attempts - 1)))
-
-    def lasted(self) -> float:
-        return 0.0 if self.since is None else time.monotonic() - self.since
-
-    def over(self) -> None:
-        if self.since is not None:
-            log.info("toolpool: Redis is back after %.1f s", self.lasted())
-        self.since = None
-        self.attempts = 0
 
 
 @dataclass
@@ -155,20 +104,17 @@ class Executor:
         if not url:
             raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
         self.redis_url = url
+        self._url = url
         self.keys = Keys(self.settings.key_prefix)
-        # One quick retry replaces a connection a Redis restart closed; waiting out a longer
-        # outage is collect()'s job, against its own deadline, not redis-py's backoff.
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=_REDIS_TIMEOUT_S, socket_connect_timeout=_REDIS_TIMEOUT_S,
-            retry=Retry(NoBackoff(), 1),
-        )  # fmt: skip
-        # Waits for results block on it (BLPOP of at most _LIVENESS_CHECK_S).
-        self._blocking = redis.Redis.from_url(
-            url, socket_timeout=_LIVENESS_CHECK_S + _REDIS_TIMEOUT_S,
-            socket_connect_timeout=_REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1),
-        )  # fmt: skip
+        self.client = connect(url)
         self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
         self.queue = call_queue(self.client, self.keys, self.settings.queue)
+        self.events = EventLog(self.client, self.keys, maxlen=self.settings.events_maxlen,
+                               worker="orchestrator")  # fmt: skip
+        self._collector = Collector(
+            url, self.client, connect(url, blocking_s=LIVENESS_CHECK_S), self.results,
+            self.queue, self.keys, self.settings, self.events,
+        )  # fmt: skip
         self.usage = Usage(self.max_tool_calls)
         if self.registry is None:
             from workers import builtin_registry  # the tools' flags, not their code paths
@@ -179,13 +125,11 @@ class Executor:
             self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
         elif self.jsonl is not None:
             self._jsonl_handle = self.jsonl
-        self.events = EventLog(self.client, self.keys, maxlen=self.settings.events_maxlen,
-                               worker="orchestrator")  # fmt: skip
 
     def close(self) -> None:
         """Close the Redis connections (and the JSONL file this executor opened)."""
         self.client.close()
-        self._blocking.close()
+        self._collector.close()
         if isinstance(self.jsonl, Path) and self._jsonl_handle is not None:
             self._jsonl_handle.close()
 
@@ -211,7 +155,7 @@ class Executor:
         finally:
             # After an outage that outlasted the collect, Redis may still be away: the
             # RedisUnavailable raised by collect is the answer, not this clean-up's error.
-            with contextlib.suppress(RedisUnavailable, *_UNREACHABLE):
+            with contextlib.suppress(RedisUnavailable, *UNREACHABLE):
                 if self._pending(turn):
                     self.cancel(turn)
 
@@ -228,15 +172,15 @@ class Executor:
         progress = _Progress()
         try:
             return self._submit(turn_id, parsed, progress)
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             if not progress.plan_stored:
-                raise self._unreachable(
-                    exc, "before the turn was submitted: none of its calls runs; submit it "
-                    "again once Redis is back",
+                raise unreachable(
+                    self._url, exc, "before the turn was submitted: none of its calls runs; "
+                    "submit it again once Redis is back",
                 ) from None  # fmt: skip
-            raise self._unreachable(
-                exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of its "
-                f"{len(progress.total)} calls enqueued by then run; collect({turn_id!r}) "
+            raise unreachable(
+                self._url, exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
+                f"its {len(progress.total)} calls enqueued by then run; collect({turn_id!r}) "
                 "answers the others as never enqueued ('did not run')", turn_id,
             ) from None  # fmt: skip
 
@@ -282,11 +226,12 @@ class Executor:
         if isinstance(turn, Turn):
             plan = turn.plan
         else:
-            with self._reaching(f"while loading turn {turn}", turn):
+            with reaching(self._url, f"while loading turn {turn}", turn):
                 plan = self._load_plan(turn)
-        results = self._wait(plan, deadline, limit, self._blocking)
+        results = self._collector.wait(plan, deadline, limit)
         if isinstance(turn, Turn):
-            with self._reaching(f"while copying turn {plan.turn_id}'s events", plan.turn_id):
+            copying = f"while copying turn {plan.turn_id}'s events"
+            with reaching(self._url, copying, plan.turn_id):
                 self._log_turn_events(turn)
         return [
             plan.answered[index] if index in plan.answered else results[call_id]
@@ -300,25 +245,25 @@ class Executor:
         flag within a heartbeat and end with their own result.
         """
         turn_id = turn.turn_id if isinstance(turn, Turn) else turn
-        with self._reaching(f"while cancelling turn {turn_id}", turn_id):
+        with reaching(self._url, f"while cancelling turn {turn_id}", turn_id):
             self._cancel(turn.plan if isinstance(turn, Turn) else self._load_plan(turn))
 
     def _cancel(self, plan: TurnPlan) -> None:
         self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
-        stored = self.results.get_many(_enqueued(plan))
+        stored = self.results.get_many(plan.enqueued())
         for index, rq_id in plan.job_ids.items():
             call_id = plan.call_ids[index]
             if call_id in stored or job_status(self.client, rq_id) is JobStatus.STARTED:
                 continue
             self.results.publish(
                 plan.turn_id,
-                _error(call_id, plan.tools[index], ErrorType.CANCELLED,
+                ToolResult.failure(call_id, plan.tools[index], ErrorType.CANCELLED,
                        f"{plan.tools[index]!r} did not run: its turn was cancelled."),
             )  # fmt: skip
 
     def full_output(self, call_id: str) -> str | None:
         """The full output of a truncated call, while it is kept."""
-        with self._reaching(f"while reading the full output of call {call_id}"):
+        with reaching(self._url, f"while reading the full output of call {call_id}"):
             return self.results.full_output(call_id)
 
     # -- inside ----------------------------------------------------------------------------
@@ -338,7 +283,7 @@ class Executor:
         stop_reason: str | None = None
         for index, call in enumerate(calls):
             if stop_reason is not None:
-                answered[index] = _error(call.id, call.name, ErrorType.REJECTED,
+                answered[index] = ToolResult.failure(call.id, call.name, ErrorType.REJECTED,
                                          f"{call.name!r} did not run: {stop_reason}")  # fmt: skip
                 continue
             checked = check_call(call, self.registry, self.settings)
@@ -348,7 +293,9 @@ class Executor:
             tool, _ = checked
             refusal = self._refusal(turn_id, call, tool)
             if refusal is not None:
-                answered[index] = _error(call.id, call.name, ErrorType.REJECTED, refusal)
+                answered[index] = ToolResult.failure(
+                    call.id, call.name, ErrorType.REJECTED, refusal
+                )
                 stop_reason = f"the turn stopped at call {call.id} ({refusal})"
                 continue
             runnable.append(index)
@@ -374,7 +321,7 @@ class Executor:
                 kept.append(index)
                 continue
             call = calls[index]
-            answered[index] = _error(
+            answered[index] = ToolResult.failure(
                 call.id, call.name, ErrorType.REJECTED,
                 f"Call id {call.id!r} was already used by another turn; each call needs a "
                 "unique id.",
@@ -395,156 +342,8 @@ class Executor:
             return f"The tool call limit ({self.usage.limit}) of this run is reached."
         return None
 
-    def _wait(
-        self, plan: TurnPlan, deadline: float, limit: float, blocking: redis.Redis
-    ) -> dict[str, ToolResult]:
-        waiting_for = _enqueued(plan)
-        results: dict[str, ToolResult] = {}
-        watches = {call_id: _Watch() for call_id in waiting_for}
-        next_check = time.monotonic()
-        done_key = self.keys.turn_done(plan.turn_id)
-        outage = _Outage()
-        next_check += _LIVENESS_CHECK_S
-        while True:
-            try:
-                pending = [c for c in waiting_for if c not in results]
-                results.update(self.results.get_many(pending))
-                if len(results) == len(waiting_for):
-                    return results
-                now = time.monotonic()
-                if now >= deadline:
-                    self._time_out(plan, results, limit)
-                    return results
-                if now >= next_check:
-                    self._find_lost(plan, results, watches)
-                    enqueue_ready(self.queue)  # a dependent RQ left ready would wait 10 minutes
-                    next_check = time.monotonic() + _LIVENESS_CHECK_S
-                    continue
-                # The list is only a wake-up: the stored results are the truth.
-                wait = max(0.01, min(_LIVENESS_CHECK_S, deadline - now, next_check - now))
-                blocking.blpop([done_key], timeout=wait)
-                outage.over()
-            except _UNREACHABLE as exc:
-                # Ride out a restart or a short cut: the workers carry on and store their
-                # results when Redis is back. Liveness is judged afresh after it.
-                for watch in watches.values():
-                    watch.missing_since = watch.deferred_since = None
-                if time.monotonic() >= deadline:
-                    raise self._unreachable(
-                        exc, f"for {outage.lasted():.1f} s while collecting turn "
-                        f"{plan.turn_id}, until the collect's timeout ({limit:g} s): its calls "
-                        f"may still run; collect({plan.turn_id!r}) again once Redis is back",
-                        plan.turn_id,
-                    ) from None  # fmt: skip
-                time.sleep(max(0.0, min(outage.pause(), deadline - time.monotonic())))
-
-    def _find_lost(
-        self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
-    ) -> None:
-        """Answer calls whose job can no longer produce a result, and unblock their turn.
-
-        A started call whose worker stopped renewing it gets ``worker_lost``; a job RQ ended
-        without a result (failed, stopped) gets it at once; and a call still waiting on
-        earlier calls that all have results has its parents' jobs ended (their worker died
-        after storing the result, before RQ recorded the job's end).
-        """
-        for index, rq_id in plan.job_ids.items():
-            call_id = plan.call_ids[index]
-            if call_id in results:
-                continue
-            status = job_status(self.client, rq_id)
-            watch = watches[call_id]
-            if status is JobStatus.DEFERRED:
-                # Parents normally end milliseconds after storing their result; only a
-                # deferral that outlasts a liveness period means a parent's worker died.
-                now = time.monotonic()
-                watch.deferred_since = watch.deferred_since or now
-                if now - watch.deferred_since >= self.settings.call_liveness_s:
-                    self._end_answered_parents(plan, index, results)
-                continue
-            ended_without_result = status in (JobStatus.FAILED, JobStatus.STOPPED)
-            if not ended_without_result:
-                alive = self.client.exists(self.keys.running(call_id))
-                if status not in (JobStatus.STARTED, JobStatus.CANCELED, None) or alive:
-                    watch.missing_since = None
-                    continue
-                now = time.monotonic()
-                watch.missing_since = watch.missing_since or now
-                # The key's expiry already proves call_liveness_s without a heartbeat; the
-                # grace only covers a job RQ has started whose worker has not set it yet (or
-                # a submit elsewhere still enqueueing).
-                if now - watch.missing_since < 2 * self.settings.call_heartbeat_s:
-                    continue
-            if status is None:
-                # No job and no run: the submit lost Redis before it enqueued this call.
-                answer = _error(
-                    call_id, plan.tools[index], ErrorType.CANCELLED,
-                    f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
-                    "be reached while its turn was submitted). Call it again.",
-                )  # fmt: skip
-                self.results.publish(plan.turn_id, answer)
-                stored = self.results.get(call_id)
-                if stored is not None:
-                    results[call_id] = stored
-                continue
-            lost = _error(
-                call_id, plan.tools[index], ErrorType.WORKER_LOST,
-                f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
-                "its connection) before it stored a result. The call may have run in part; "
-                "check its effects before calling it again.",
-            )  # fmt: skip
-            if self.results.publish(plan.turn_id, lost):
-                self._emit_raw("call_lost", call_id, plan.turn_id, plan.tools[index])
-            end_lost_job(self.client, rq_id)
-            stored = self.results.get(call_id)
-            if stored is not None:
-                results[call_id] = stored
-
-    def _end_answered_parents(
-        self, plan: TurnPlan, index: int, results: dict[str, ToolResult]
-    ) -> None:
-        position = next(i for i, batch in enumerate(plan.batches) if index in batch)
-        if position == 0:
-            return
-        parents = plan.batches[position - 1]
-        parent_ids = [plan.call_ids[i] for i in parents]
-        known = {**results, **self.results.get_many([c for c in parent_ids if c not in results])}
-        if all(call_id in known for call_id in parent_ids):
-            for parent in parents:
-                end_lost_job(self.client, plan.job_ids[parent])
-
-    def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
-        for index in plan.job_ids:
-            call_id = plan.call_ids[index]
-            if call_id in results:
-                continue
-            self.results.publish(
-                plan.turn_id,
-                _error(call_id, plan.tools[index], ErrorType.TIMEOUT,
-                       f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
-                       "may still run or have run; check its effects before calling again."),
-            )  # fmt: skip
-        results.update(self.results.get_many([c for c in _enqueued(plan) if c not in results]))
-
-    @contextlib.contextmanager
-    def _reaching(self, doing: str, turn_id: str | None = None) -> Iterator[None]:
-        """Turn an unreachable Redis into ``RedisUnavailable`` saying what was being done."""
-        try:
-            yield
-        except _UNREACHABLE as exc:
-            raise self._unreachable(exc, doing, turn_id) from None
-
-    def _unreachable(
-        self, exc: BaseException, doing: str, turn_id: str | None = None
-    ) -> RedisUnavailable:
-        return RedisUnavailable(
-            f"Redis at {shown_url(str(self.redis_url))} could not be reached {doing}. "
-            f"({type(exc).__name__}: {exc})",
-            turn_id,
-        )  # fmt: skip
-
     def _pending(self, turn: Turn) -> bool:
-        enqueued = _enqueued(turn.plan)
+        enqueued = turn.plan.enqueued()
         return len(self.results.get_many(enqueued)) < len(enqueued)
 
     def _load_plan(self, turn_id: str) -> TurnPlan:
@@ -561,10 +360,7 @@ class Executor:
         return "(" + (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id))
 
     def _emit(self, event: str, call: ToolCall, turn_id: str, **data: Any) -> None:
-        self._emit_raw(event, call.id, turn_id, call.name, **data)
-
-    def _emit_raw(self, event: str, call_id: str, turn_id: str, tool: str, **data: Any) -> None:
-        self.events.emit(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
+        self.events.emit(event, call_id=call.id, turn_id=turn_id, tool=call.name, **data)
 
     def _log_turn_events(self, turn: Turn) -> None:
         """Copy this turn's events, in the order Redis received them, to the JSONL log."""
@@ -576,21 +372,9 @@ class Executor:
         self._jsonl_handle.flush()
 
 
-def _enqueued(plan: TurnPlan) -> list[str]:
-    """The call ids of the turn that went to the workers."""
-    return [plan.call_ids[index] for index in sorted(plan.job_ids)]
-
-
 def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:
     seen: set[str] = set()
     for call in calls:
         if call.id in seen:
             raise TurnError(f"Call id {call.id!r} appears twice in one turn; ids must be unique.")
         seen.add(call.id)
-
-
-def _error(call_id: str, name: str, error_type: ErrorType, message: str) -> ToolResult:
-    return ToolResult(
-        call_id=call_id, name=name, status=ToolStatus.ERROR, content=message,
-        original_chars=len(message), error_type=error_type, error_message=message,
-    )  # fmt: skip

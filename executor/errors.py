@@ -8,6 +8,7 @@ Every exception toolpool raises on purpose derives from ``ToolpoolError``::
     ├── DuplicateToolError        two tools registered under one name
     ├── UnknownToolError          a look-up of a name the registry does not hold
     ├── InvalidArgumentsError     arguments that fail a tool's parameter schema
+    ├── RedisUnavailable          the orchestrator could not reach Redis (names the turn)
     └── ToolError                 raised *inside* a tool: an expected failure whose message is
         │                         shown to the model as it is ("File not found: a.txt")
         ├── WorkspaceError        a path that escapes the workspace root
@@ -67,3 +68,11 @@ class InvalidArgumentsError(ToolpoolError):
         self.tool_name = tool_name
         self.problems = problems
         super().__init__(f"Invalid arguments for tool {tool_name!r}: " + "; ".join(problems))
+
+
+class RedisUnavailable(ToolpoolError):
+    """Redis could not be reached; ``turn_id`` names the turn concerned, if one exists."""
+
+    def __init__(self, message: str, turn_id: str | None = None) -> None:
+        super().__init__(message)
+        self.turn_id = turn_id

@@ -81,6 +81,14 @@ class ToolResult(BaseModel):
         """True when the call failed; ``content`` then explains why to the model."""
         return self.status is ToolStatus.ERROR
 
+    @classmethod
+    def failure(cls, call_id: str, name: str, error_type: ErrorType, message: str) -> ToolResult:
+        """An error result written outside the runner (a lost worker, a cancelled turn)."""
+        return cls(
+            call_id=call_id, name=name, status=ToolStatus.ERROR, content=message,
+            original_chars=len(message), error_type=error_type, error_message=message,
+        )  # fmt: skip
+
 
 def parse_call(item: ToolCall | dict[str, Any]) -> ToolCall:
     """A ``ToolCall`` from the forms LLM APIs return.

@@ -72,3 +72,7 @@ class TurnPlan(BaseModel):
     job_ids: dict[int, str] = Field(default_factory=dict)
     answered: dict[int, ToolResult] = Field(default_factory=dict)
     submitted_at: float = Field(default_factory=time.time)
+
+    def enqueued(self) -> list[str]:
+        """The call ids of the turn that went to the workers, in call order."""
+        return [self.call_ids[index] for index in sorted(self.job_ids)]

@@ -16,7 +16,8 @@ from typing import Any
 import redis
 from _fault_checks import EDIT_LOG, CallRecord, payload
 
-from executor.client import Executor, RedisUnavailable, Turn, TurnError
+from executor.client import Executor, Turn, TurnError
+from executor.errors import RedisUnavailable
 from executor.keys import Keys
 from executor.settings import Settings
 

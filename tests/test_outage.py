@@ -24,8 +24,9 @@ from rq.serializers import JSONSerializer
 from waiting import wait_for
 
 from executor import ErrorType, Settings
-from executor.client import Executor, RedisUnavailable
+from executor.client import Executor
 from executor.embedded_redis import RedisServer
+from executor.errors import RedisUnavailable
 from executor.events import read_events
 from executor.keys import Keys
 from workers.pool import WorkerPool

@@ -42,7 +42,7 @@ from executor.jobs import (
 )
 from executor.keys import Keys
 from executor.lock import HolderStatus, RWLock, WaiterStatus
-from executor.models import ErrorType, ToolResult, ToolStatus
+from executor.models import ErrorType, ToolResult
 from executor.results import ResultStore
 from executor.settings import Settings
 from executor.turns import CallJob, job_id
@@ -159,11 +159,7 @@ class Reaper:
             "before it stored a result. The call may have run in part; check its effects "
             "before calling it again."
         )
-        lost = ToolResult(
-            call_id=call.id, name=call.name, status=ToolStatus.ERROR, content=message,
-            original_chars=len(message), error_type=ErrorType.WORKER_LOST,
-            error_message=message,
-        )  # fmt: skip
+        lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
         if self._results.publish(job.turn_id, lost):
             self._events(dead.name).emit("call_lost", call_id=call.id, turn_id=job.turn_id,
                                     tool=call.name, reason=dead.reason, worker_pid=dead.pid,

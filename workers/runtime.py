@@ -26,7 +26,7 @@ from executor.errors import FenceError
 from executor.events import EventLog
 from executor.keys import Keys
 from executor.lock import EXCLUSIVE, SHARED, Lease, LockError, LockTimeout, OwnerInfo, RWLock
-from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus
+from executor.models import ErrorType, ToolCall, ToolResult
 from executor.registry import ToolRegistry
 from executor.results import ResultStore
 from executor.runner import CallEnvironment, Held, run_call
@@ -147,11 +147,8 @@ class WorkerRuntime:
                     f"The worker running {call.name!r} stopped before it stored a result. The "
                     "call may have run in part; check its effects before calling it again."
                 )
-                return self._publish(job, ToolResult(
-                    call_id=call.id, name=call.name, status=ToolStatus.ERROR, content=message,
-                    original_chars=len(message), error_type=ErrorType.WORKER_LOST,
-                    error_message=message,
-                ))  # fmt: skip
+                lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
+                return self._publish(job, lost)
             time.sleep(_DUPLICATE_POLL_S)
 
     def _rerun_allowed(self, job: CallJob, result: ToolResult) -> bool:
@@ -348,7 +345,4 @@ def _brief(arguments: dict[str, Any]) -> dict[str, Any]:
 
 def _cancelled(call: ToolCall) -> ToolResult:
     message = f"{call.name!r} did not run: its turn was cancelled."
-    return ToolResult(
-        call_id=call.id, name=call.name, status=ToolStatus.ERROR, content=message,
-        original_chars=len(message), error_type=ErrorType.CANCELLED, error_message=message,
-    )  # fmt: skip
+    return ToolResult.failure(call.id, call.name, ErrorType.CANCELLED, message)

@@ -84,22 +84,58 @@ def end_lost_job(client: redis.Redis, rq_job_id: str) -> bool:
 
     RQ would only notice the dead worker when its registry cleanup runs (tens of seconds to
     minutes later); until then the turn's next batch would wait. Cancelling with
-    ``enqueue_dependents`` releases them at once (they allow their parents to fail). True if
-    the job was ended here.
+    ``enqueue_dependents`` releases them at once (they allow their parents to fail), and
+    ``release_dependents`` those RQ leaves deferred; a job that has already ended still gets
+    the latter. True if the job was ended here.
     """
     try:
         job = Job.fetch(rq_job_id, connection=client, serializer=JSONSerializer)
     except NoSuchJobError:
         return False
-    if job.get_status() in _TERMINAL:
-        return False
     ended = False
-    # ValueError: RQ's cancel reads the job's execution record, which may have expired.
-    with contextlib.suppress(InvalidJobOperation, ValueError):
-        job.cancel(enqueue_dependents=True)
-        ended = True
+    if job.get_status() not in _TERMINAL:
+        # ValueError: RQ's cancel reads the job's execution record, which may have expired.
+        with contextlib.suppress(InvalidJobOperation, ValueError):
+            job.cancel(enqueue_dependents=True)
+            ended = True
+    release_dependents(client, job.id)
     enqueue_ready(Queue(job.origin, connection=client, serializer=JSONSerializer))
     return ended
+
+
+def release_dependents(client: redis.Redis, rq_job_id: str) -> int:
+    """Enqueue the deferred dependents of a job whose parents have all ended; return how many.
+
+    RQ counts a CANCELED parent as unmet, even for a dependency that allows failure: cancelling
+    releases only the dependents with no other parent still running, and when that other
+    parent finishes later, RQ finds the cancelled one and leaves the dependent deferred for
+    good. A turn's next batch after a parallel batch in which one job was ended as lost would
+    never run. Every toolpool dependency allows failure, so any end of a parent will do.
+    Called after every job a worker runs, and after ending a lost one.
+    """
+    dependents = [as_text(raw) for raw in client.smembers(Job.dependents_key_for(rq_job_id))]
+    if not dependents:
+        return 0
+    with client.pipeline(transaction=False) as pipe:
+        for dependent in dependents:
+            pipe.hget(Job.key_for(dependent), "status")
+        statuses = pipe.execute()
+    released = 0
+    for dependent, status in zip(dependents, statuses, strict=True):
+        if status is None or as_text(status) != JobStatus.DEFERRED.value:
+            continue  # RQ has enqueued it (the usual case), or it is gone
+        try:
+            job = Job.fetch(dependent, connection=client, serializer=JSONSerializer)
+            parents = job.fetch_dependencies()
+        except NoSuchJobError:
+            continue
+        if any(parent.get_status() not in _TERMINAL for parent in parents):
+            continue
+        queue = Queue(job.origin, connection=client, serializer=JSONSerializer)
+        with contextlib.suppress(InvalidJobOperation):  # someone else released it first
+            queue.deferred_job_registry.requeue(job)
+            released += 1
+    return released
 
 
 def started_by(queue: Queue, worker_name: str) -> list[Execution]:

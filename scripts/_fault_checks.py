@@ -67,7 +67,8 @@ def _digest(body: str) -> str:
 # first long runs, are fixed (F1 a failed lease release turned "ran" into "did not run"; F2
 # jobs left started by a worker that died in RQ's finalisation; F3 a committed write answered
 # lock_lost; F4 a write landing between the fence check and the rename after the lease ended;
-# F5 jobs stranded between RQ's dequeue and a start), each with a regression test.
+# F5 jobs stranded between RQ's dequeue and a start; F6 a next batch left deferred when one
+# parent of a parallel batch had been ended as lost), each with a regression test.
 KNOWN_FAULTS: dict[str, tuple[str, ...]] = {}
 
 

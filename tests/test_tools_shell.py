@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from expect import tool_error
 
 from executor import (
     CallEnvironment,
@@ -309,3 +310,10 @@ def test_stops_before_the_runner_deadline_to_report(workspace: Workspace) -> Non
 
     assert time.monotonic() < context.deadline
     assert _survivors(marker) == []
+
+
+def test_a_nul_byte_in_the_command_is_a_clear_error(run_tool: RunTool) -> None:
+    # Found by the fuzz run: it used to surface as "failed unexpectedly: embedded null byte".
+    message = tool_error(run_tool(bash, command="echo '\x00'"))
+    assert message.startswith("command contains a NUL character")
+    assert "nothing ran" in message

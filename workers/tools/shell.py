@@ -85,6 +85,12 @@ def bash(
     Background processes still running when the command ends are killed, so start nothing
     meant to outlive the call.
     """
+    if "\x00" in command:
+        # The kernel takes arguments as C strings: a NUL byte cannot reach bash at all.
+        raise ToolError(
+            "command contains a NUL character (\\0), which cannot be passed to bash; nothing "
+            "ran. Remove it; to produce a NUL byte, write printf '\\0' in the command."
+        )
     limit = _time_limit(ctx, timeout)
     executable = shutil.which("bash")
     if executable is None:

@@ -132,10 +132,16 @@ class WorkerRuntime:
         self.events.emit("call_duplicate", call_id=call.id, turn_id=job.turn_id, tool=call.name)
         gone_since: float | None = None
         while True:
-            with self.client.pipeline(transaction=False) as pipe:
-                pipe.get(self.keys.result(call.id))
-                pipe.exists(self.keys.running(call.id))
-                stored, running = pipe.execute()
+            try:
+                with self.client.pipeline(transaction=False) as pipe:
+                    pipe.get(self.keys.result(call.id))
+                    pipe.exists(self.keys.running(call.id))
+                    stored, running = pipe.execute()
+            except redis.RedisError:
+                # Failing the job would start its dependents before the other run answers.
+                gone_since = None
+                time.sleep(_DUPLICATE_POLL_S)
+                continue
             if stored is not None:
                 return ToolResult.model_validate_json(stored)
             now = time.monotonic()

@@ -62,7 +62,7 @@ class _Progress:
 
     plan_stored: bool = False
     enqueued: int = 0
-    total: dict[int, str] = field(default_factory=dict)
+    total: int = 0
 
 
 @dataclass
@@ -104,7 +104,6 @@ class Executor:
         if not url:
             raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
         self.redis_url = url
-        self._url = url
         self.keys = Keys(self.settings.key_prefix)
         self.client = connect(url)
         self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
@@ -175,12 +174,12 @@ class Executor:
         except UNREACHABLE as exc:
             if not progress.plan_stored:
                 raise unreachable(
-                    self._url, exc, "before the turn was submitted: none of its calls runs; "
+                    self.redis_url, exc, "before the turn was submitted: none of its calls runs; "
                     "submit it again once Redis is back",
                 ) from None  # fmt: skip
             raise unreachable(
-                self._url, exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
-                f"its {len(progress.total)} calls enqueued by then run; collect({turn_id!r}) "
+                self.redis_url, exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
+                f"its {progress.total} calls enqueued by then run; collect({turn_id!r}) "
                 "answers the others as never enqueued ('did not run')", turn_id,
             ) from None  # fmt: skip
 
@@ -202,7 +201,7 @@ class Executor:
         self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
                         ex=self.settings.result_ttl)  # fmt: skip
         progress.plan_stored = True
-        progress.total = plan.job_ids
+        progress.total = len(plan.job_ids)
         previous: list[str] = []
         for batch_indexes in plan.batches:
             for index in batch_indexes:
@@ -226,12 +225,12 @@ class Executor:
         if isinstance(turn, Turn):
             plan = turn.plan
         else:
-            with reaching(self._url, f"while loading turn {turn}", turn):
+            with reaching(self.redis_url, f"while loading turn {turn}", turn):
                 plan = self._load_plan(turn)
         results = self._collector.wait(plan, deadline, limit)
         if isinstance(turn, Turn):
             copying = f"while copying turn {plan.turn_id}'s events"
-            with reaching(self._url, copying, plan.turn_id):
+            with reaching(self.redis_url, copying, plan.turn_id):
                 self._log_turn_events(turn)
         return [
             plan.answered[index] if index in plan.answered else results[call_id]
@@ -245,7 +244,7 @@ class Executor:
         flag within a heartbeat and end with their own result.
         """
         turn_id = turn.turn_id if isinstance(turn, Turn) else turn
-        with reaching(self._url, f"while cancelling turn {turn_id}", turn_id):
+        with reaching(self.redis_url, f"while cancelling turn {turn_id}", turn_id):
             self._cancel(turn.plan if isinstance(turn, Turn) else self._load_plan(turn))
 
     def _cancel(self, plan: TurnPlan) -> None:
@@ -263,7 +262,7 @@ class Executor:
 
     def full_output(self, call_id: str) -> str | None:
         """The full output of a truncated call, while it is kept."""
-        with reaching(self._url, f"while reading the full output of call {call_id}"):
+        with reaching(self.redis_url, f"while reading the full output of call {call_id}"):
             return self.results.full_output(call_id)
 
     # -- inside ----------------------------------------------------------------------------

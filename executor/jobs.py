@@ -94,6 +94,7 @@ def end_lost_job(client: redis.Redis, rq_job_id: str) -> bool:
         return False
     ended = False
     if job.get_status() not in _TERMINAL:
+        _drop_from_dependents(client, job)
         # ValueError: RQ's cancel reads the job's execution record, which may have expired.
         with contextlib.suppress(InvalidJobOperation, ValueError):
             job.cancel(enqueue_dependents=True)
@@ -103,15 +104,29 @@ def end_lost_job(client: redis.Redis, rq_job_id: str) -> bool:
     return ended
 
 
-def release_dependents(client: redis.Redis, rq_job_id: str) -> int:
-    """Enqueue the deferred dependents of a job whose parents have all ended; return how many.
+def _drop_from_dependents(client: redis.Redis, job: Job) -> None:
+    """Take a job that is about to be cancelled out of its dependents' sets of parents.
 
     RQ counts a CANCELED parent as unmet, even for a dependency that allows failure: cancelling
     releases only the dependents with no other parent still running, and when that other
     parent finishes later, RQ finds the cancelled one and leaves the dependent deferred for
-    good. A turn's next batch after a parallel batch in which one job was ended as lost would
-    never run. Every toolpool dependency allows failure, so any end of a parent will do.
-    Called after every job a worker runs, and after ending a lost one.
+    good (a turn's next batch after a parallel batch in which one job was ended as lost). A
+    parent that is no longer in the set is not checked, so RQ's own release works.
+    """
+    dependents = client.smembers(job.dependents_key)
+    if dependents:
+        with client.pipeline(transaction=False) as pipe:
+            for dependent in dependents:
+                pipe.srem(Job(as_text(dependent), connection=client).dependencies_key, job.id)
+            pipe.execute()
+
+
+def release_dependents(client: redis.Redis, rq_job_id: str) -> int:
+    """Enqueue the deferred dependents of a job whose parents have all ended; return how many.
+
+    The safety net for a dependent left deferred all the same (a parent cancelled by other
+    means than ``end_lost_job``): every toolpool dependency allows failure, so any end of a
+    parent will do.
     """
     dependents = [as_text(raw) for raw in client.smembers(Job.dependents_key_for(rq_job_id))]
     if not dependents:

@@ -41,18 +41,18 @@ def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:
 
 
 def unreachable(
-    url: str, exc: BaseException, doing: str, turn_id: str | None = None
+    url: str | None, exc: BaseException, doing: str, turn_id: str | None = None
 ) -> RedisUnavailable:
     """The error for ``exc``, met while ``doing`` ("while cancelling turn T")."""
     return RedisUnavailable(
-        f"Redis at {shown_url(url)} could not be reached {doing}. "
+        f"Redis at {shown_url(url or '')} could not be reached {doing}. "
         f"({type(exc).__name__}: {exc})",
         turn_id,
     )  # fmt: skip
 
 
 @contextlib.contextmanager
-def reaching(url: str, doing: str, turn_id: str | None = None) -> Iterator[None]:
+def reaching(url: str | None, doing: str, turn_id: str | None = None) -> Iterator[None]:
     """Turn an unreachable Redis inside the block into ``RedisUnavailable``."""
     try:
         yield

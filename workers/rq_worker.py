@@ -21,7 +21,7 @@ from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job
 
 from executor.events import EventLog
-from executor.jobs import ENTRY_POINT, enqueue_ready, release_dependents
+from executor.jobs import ENTRY_POINT, enqueue_ready
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,8 @@ class _RefusingMixin:
         try:
             return self._execute_or_refuse(job, queue)
         finally:
-            # The job's dependents (a turn's next batch) must not wait for RQ's cleanup, nor
-            # forever when another parent of theirs was ended as lost (release_dependents).
+            # The job's dependents (a turn's next batch) must not wait for RQ's cleanup.
             enqueue_ready(queue)
-            release_dependents(self.connection, job.id)
 
     def _execute_or_refuse(self, job: Job, queue: Queue) -> Any:
         reason = refusal_reason(self.connection, job)

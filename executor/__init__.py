@@ -1,8 +1,25 @@
-"""toolpool's orchestrator side and the core shared with the workers."""
+"""toolpool: run an LLM agent's tool calls on a pool of workers, through Redis and RQ.
 
-from executor.context import ToolContext
-from executor.contract import Tool, tool
-from executor.errors import (
+This module is the whole public API. An orchestrator needs only these names; a custom tool is
+declared with ``tool`` (or a ``Tool``) in a ``ToolRegistry`` and loaded by the workers.
+
+Every exception raised on purpose derives from ``ToolpoolError``::
+
+    ToolpoolError
+    ├── ConfigurationError        bad settings, a registry import string that does not load
+    ├── ToolDefinitionError       a tool declared wrongly
+    ├── DuplicateToolError        two tools registered under one name
+    ├── UnknownToolError          a look-up of a name the registry does not hold
+    ├── InvalidArgumentsError     arguments that fail a tool's parameter schema
+    ├── NoWorkerError             no live worker serves the queue
+    ├── RedisUnavailable          the orchestrator could not reach Redis (names the turn)
+    ├── TurnError                 a turn that cannot be submitted as given
+    └── ToolError                 raised inside a tool: its message is shown to the model
+        ├── WorkspaceError        a path that escapes the workspace root
+        └── FenceError            a fenced commit refused because the lock was lost
+"""
+
+from executor._errors import (
     ConfigurationError,
     DuplicateToolError,
     FenceError,
@@ -14,20 +31,36 @@ from executor.errors import (
     UnknownToolError,
     WorkspaceError,
 )
-from executor.models import ErrorType, ToolCall, ToolResult, ToolStatus
-from executor.registry import ToolRegistry, load_registry
-from executor.runner import CallEnvironment, run_call
-from executor.settings import Settings, TruncationPolicy
-from executor.truncation import Truncation, truncate
-from executor.workspace import Workspace
+from executor._settings import Settings, TruncationPolicy
+from executor._truncation import Truncation, truncate
+from executor.client import (
+    Executor,
+    Turn,
+    TurnError,
+    anthropic_tool_results,
+    openai_tool_messages,
+)
+from executor.contract import (
+    Tool,
+    ToolContext,
+    ToolInfo,
+    ToolRegistry,
+    Workspace,
+    export_tools,
+    load_registry,
+    tool,
+)
+from executor.wire import Catalog, ErrorType, NoWorkerError, ToolCall, ToolResult, ToolStatus
 
 __all__ = [
-    "CallEnvironment",
+    "Catalog",
     "ConfigurationError",
     "DuplicateToolError",
     "ErrorType",
+    "Executor",
     "FenceError",
     "InvalidArgumentsError",
+    "NoWorkerError",
     "RedisUnavailable",
     "Settings",
     "Tool",
@@ -35,17 +68,22 @@ __all__ = [
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",
+    "ToolInfo",
     "ToolRegistry",
     "ToolResult",
     "ToolStatus",
     "ToolpoolError",
     "Truncation",
     "TruncationPolicy",
+    "Turn",
+    "TurnError",
     "UnknownToolError",
     "Workspace",
     "WorkspaceError",
+    "anthropic_tool_results",
+    "export_tools",
     "load_registry",
-    "run_call",
+    "openai_tool_messages",
     "tool",
     "truncate",
 ]

@@ -1,4 +1,8 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite.
+
+Process-heavy proofs carry ``@pytest.mark.proof`` (a module: ``pytestmark``), so that
+``scripts/test --fast`` (``-m "not proof"``) leaves them out.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from executor import CallEnvironment, Settings, Tool, ToolCall, ToolRegistry, ToolResult, run_call
-from executor.embedded_redis import RedisServer
-from executor.workspace import Workspace
+from executor import Settings, Tool, ToolCall, ToolRegistry, ToolResult
+from executor.contract import Workspace
+from workers._embedded_redis import RedisServer
+from workers.pipeline._runner import CallEnvironment, run_call
 
 RunTool = Callable[..., ToolResult]
 

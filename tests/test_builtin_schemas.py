@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from executor import InvalidArgumentsError
-from executor.export import export_tools
-from executor.schema_check import check_schema, validate
+from executor.contract import export_tools
+from executor.contract._schema import check_schema, validate, validate_arguments
 from workers import builtin_registry
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "builtin_tools.json"
@@ -129,3 +129,20 @@ def test_exports_carry_every_tool_in_each_format() -> None:
         "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False
     }  # fmt: skip
     assert all("inputSchema" in t for t in mcp)
+
+
+@pytest.mark.parametrize(
+    ("tool_name", "arguments"),
+    [("get_weather", {"town": "Berlin"}), ("write_file", {"path": "a"}),
+     ("grep", {"pattern": "x", "path": "a", "extra": 1})],
+)  # fmt: skip
+def test_client_and_worker_word_missing_and_unexpected_arguments_alike(
+    tool_name: str, arguments: dict[str, Any]
+) -> None:
+    item = builtin_registry().get(tool_name)
+    with pytest.raises(InvalidArgumentsError) as on_worker:
+        item.validate(arguments)
+    with pytest.raises(InvalidArgumentsError) as on_client:
+        validate_arguments(tool_name, item.parameters, arguments)
+    assert on_client.value.problems == on_worker.value.problems
+    assert str(on_client.value) == str(on_worker.value)

@@ -11,48 +11,32 @@ from click.testing import CliRunner
 
 from executor.cli import main
 
-NINE = [
-    "get_weather", "calculator", "read_file", "write_file", "list_directory", "edit_file",
-    "glob", "grep", "bash",
-]  # fmt: skip
 
-
-def test_tools_table_lists_flags_and_limits() -> None:
-    result = CliRunner().invoke(main, ["tools"])
+def test_worker_side_commands_join_through_entry_points() -> None:
+    result = CliRunner().invoke(main, ["--help"])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert lines[0].split()[:5] == ["TOOL", "MODE", "READ-ONLY", "MAX", "CHARS"]
-    rows = {line.split()[0]: line.split()[1:4] for line in lines[1:]}
-    assert list(rows) == NINE
-    assert rows["read_file"] == ["shared", "yes", "500"]
-    assert rows["bash"] == ["exclusive", "no", "3000"]
+    for command in ("call", "run", "tools", "worker", "up", "demo", "exec"):
+        assert f"  {command} " in result.output, command
 
 
-def test_tools_export_formats() -> None:
-    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"),
-                     ("mcp", "inputSchema")):  # fmt: skip
-        result = CliRunner().invoke(main, ["tools", "--format", fmt])
-        assert result.exit_code == 0, result.output
-        exported = json.loads(result.output)
-        assert len(exported) == 9
-        assert all(key in item for item in exported)
-
-
-def test_user_tools_are_added_by_import_string() -> None:
-    result = CliRunner().invoke(main, ["tools", "--tools", "sample_tools:registry"])
+def test_user_tools_are_added_by_import_string(tmp_path: Path) -> None:
+    args = ["exec", "shout", "--args", '{"text": "hi"}', "--workspace", str(tmp_path),
+            "--tools", "tests.support.sample_tools:registry"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-1].startswith("shout ")
+    assert json.loads(result.output)["content"] == "HI"
 
 
-def test_bad_registry_is_a_clean_error() -> None:
-    result = CliRunner().invoke(main, ["tools", "--tools", "nowhere_xyz:registry"])
+def test_bad_registry_is_a_clean_error(tmp_path: Path) -> None:
+    args = ["exec", "bash", "--workspace", str(tmp_path), "--tools", "nowhere_xyz:registry"]
+    result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     assert "Error: Cannot import 'nowhere_xyz'" in result.output
 
 
-def test_call_local_prints_the_result(tmp_path: Path) -> None:
+def test_exec_prints_the_result(tmp_path: Path) -> None:
     (tmp_path / "hello.txt").write_text("hello\nworld\n")
-    args = ["call", "read_file", "--args", '{"path": "hello.txt"}', "--local",
+    args = ["exec", "read_file", "--args", '{"path": "hello.txt"}',
             "--workspace", str(tmp_path), "--id", "c-7"]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -63,7 +47,7 @@ def test_call_local_prints_the_result(tmp_path: Path) -> None:
 
 
 def test_call_failure_exits_one_with_the_error_result(tmp_path: Path) -> None:
-    args = ["call", "read_file", "--args", '{"path": "missing.txt"}', "--local",
+    args = ["exec", "read_file", "--args", '{"path": "missing.txt"}',
             "--workspace", str(tmp_path)]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
@@ -74,11 +58,11 @@ def test_call_failure_exits_one_with_the_error_result(tmp_path: Path) -> None:
 
 def test_call_argument_errors_are_usage_errors(tmp_path: Path) -> None:
     runner = CliRunner()
-    bad_json = runner.invoke(main, ["call", "bash", "--args", "{oops", "--local"])
+    bad_json = runner.invoke(main, ["exec", "bash", "--args", "{oops"])
     assert bad_json.exit_code == 2
     assert "--args" in bad_json.output
     assert "not valid JSON" in bad_json.output
-    not_object = runner.invoke(main, ["call", "bash", "--args", "[1]", "--local"])
+    not_object = runner.invoke(main, ["call", "bash", "--args", "[1]"])
     assert "must be a JSON object" in not_object.output
     no_redis = runner.invoke(main, ["call", "bash", "--args", "{}"],
                              env={"TOOLPOOL_REDIS_URL": ""})  # fmt: skip
@@ -88,7 +72,7 @@ def test_call_argument_errors_are_usage_errors(tmp_path: Path) -> None:
 
 def test_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "executor.cli", "call", "bash", "--local", "--workspace",
+        [sys.executable, "-m", "executor.cli", "exec", "bash", "--workspace",
          str(tmp_path), "--args", json.dumps({"command": "echo out; echo err >&2; exit 3"})],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

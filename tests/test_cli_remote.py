@@ -11,15 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner
 
 from executor.cli import main
+from executor.wire import Keys, read_catalog
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.proof  # the command line against a real worker process
 
 WORKER = """
 import sys
 from executor import Settings
 from workers import builtin_registry
-from workers.process import run_worker
+from workers.pool._process import run_worker
 settings = Settings.from_env()
 run_worker(settings.redis_url, settings, builtin_registry(), name=sys.argv[1])
 """
@@ -35,11 +40,44 @@ def served(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, "cli-worker"], env={**os.environ, **env}
     )
+    client = redis.Redis.from_url(redis_url)
     try:
+        # The CLI refuses calls while no worker serves the queue: wait for its catalog.
+        wait_for(lambda: read_catalog(client, Keys(), "toolpool.default").workers == 1,
+                 "the worker's catalog")  # fmt: skip
         yield env
     finally:
+        client.close()
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+
+
+NINE = [
+    "bash", "calculator", "edit_file", "get_weather", "glob", "grep", "list_directory",
+    "read_file", "write_file",
+]  # fmt: skip
+
+
+def test_tools_table_lists_the_live_tools_flags_and_limits(served: dict[str, str]) -> None:
+    result = CliRunner().invoke(main, ["tools"], env=served)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("queue toolpool.default: 1 live worker, catalog ")
+    assert lines[1].split()[:5] == ["TOOL", "MODE", "READ-ONLY", "MAX", "CHARS"]
+    rows = {line.split()[0]: line.split()[1:4] for line in lines[2:]}
+    assert list(rows) == NINE
+    assert rows["read_file"] == ["shared", "yes", "500"]
+    assert rows["bash"] == ["exclusive", "no", "3000"]
+
+
+def test_tools_export_formats(served: dict[str, str]) -> None:
+    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"),
+                     ("mcp", "inputSchema")):  # fmt: skip
+        result = CliRunner().invoke(main, ["tools", "--format", fmt], env=served)
+        assert result.exit_code == 0, result.output
+        exported = json.loads(result.output)
+        assert len(exported) == 9
+        assert all(key in item for item in exported)
 
 
 def test_call_goes_through_the_worker(served: dict[str, str]) -> None:

@@ -1,8 +1,8 @@
-"""The orchestrator's client: seed 001's scheduling, approval, limits, submit/collect, cancel.
+"""The orchestrator's client: scheduling, approval, limits, submit/collect, cancel.
 
 Most tests drain the queue with a burst worker in this process (``run_worker(burst=True)``):
 submit, drain, collect. Tests about calls running at the same time as the client acts
-(cancel, the JSONL order of a parallel batch) use real worker processes (``dist_helpers``).
+(cancel, the JSONL order of a parallel batch) use real worker processes (``tests.support.procs``).
 """
 
 from __future__ import annotations
@@ -14,19 +14,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import dist_tools
 import pytest
 import redis
-from dist_helpers import Workers, events, named, wait_for_event
 from rq.job import JobStatus
-from waiting import wait_for
 
 from executor import ErrorType, Settings, Tool, ToolCall, ToolResult, ToolStatus
-from executor.client import Executor, TurnError
-from executor.jobs import job_status
-from executor.messages import anthropic_tool_results, openai_tool_messages
-from executor.turns import Batch, partition
-from workers.process import run_worker
+from executor.client import Executor, TurnError, anthropic_tool_results, openai_tool_messages
+from executor.wire import Batch, job_status, partition
+from tests.support import dist_tools
+from tests.support.procs import Workers, events, named, wait_for_event
+from tests.support.waiting import wait_for
+from workers.pool._process import run_worker
 
 
 @pytest.fixture
@@ -68,7 +66,7 @@ def _statuses(results: list[ToolResult]) -> list[str]:
     return [r.error_type.value if r.error_type else r.status.value for r in results]
 
 
-# -- seed 001's partition ---------------------------------------------------------------------
+# -- partition of a turn -------------------------------------------------------------------------
 
 _SAFE = {"read_file", "grep", "glob", "list_directory"}
 
@@ -300,6 +298,7 @@ def test_collect_without_workers_times_out_and_the_calls_never_run_later(
     assert named(events(client), "tool_execution_started") == []
 
 
+@pytest.mark.proof  # real worker processes
 def test_cancel_stops_a_running_bash_and_the_queued_calls(
     settings: Settings, workers: Workers, client: redis.Redis
 ) -> None:
@@ -331,6 +330,7 @@ def test_cancel_stops_a_running_bash_and_the_queued_calls(
     assert named(events(client), "tool_execution_started", ["w", "r"]) == []
 
 
+@pytest.mark.proof  # real worker processes
 def test_jsonl_log_has_every_start_of_a_safe_batch_before_any_result(
     settings: Settings, workers: Workers, tmp_path: Path
 ) -> None:

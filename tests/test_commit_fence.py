@@ -17,23 +17,20 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import dist_tools
 import pytest
 import redis
-from dist_helpers import Workers, events, named
-from expect import ok
-from waiting import wait_for
 
-from executor import ErrorType, Settings, Tool, ToolContext, ToolResult, tool
+from executor import ErrorType, FenceError, Settings, Tool, ToolContext, ToolError, ToolResult, tool
 from executor.client import Executor
-from executor.commit import CommitBusy, commit_barrier, exclusive_commit
-from executor.errors import FenceError, ToolError
-from executor.keys import Keys
+from executor.contract import ToolRegistry, Workspace
 from executor.lock import RWLock
-from executor.models import ToolCall
-from executor.registry import ToolRegistry
-from executor.runner import CallEnvironment, run_call
-from executor.workspace import Workspace
+from executor.wire import Keys, ToolCall
+from tests.support import dist_tools
+from tests.support.expect import ok
+from tests.support.procs import Workers, events, named
+from tests.support.waiting import wait_for
+from workers.pipeline._commit import CommitBusy, commit_barrier, exclusive_commit
+from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools import edit_file, write_file
 from workers.tools._atomic import replace_file
 
@@ -256,6 +253,7 @@ def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+@pytest.mark.proof  # a worker process frozen past its lease
 def test_a_holder_frozen_before_its_rename_never_lands_its_write(
     redis_url: str, tmp_path: Path, client: redis.Redis, frozen_pids: list[int]
 ) -> None:
@@ -311,7 +309,7 @@ def test_a_file_system_without_locks_is_a_clear_error(
     def refuse(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
-    monkeypatch.setattr("executor.commit.fcntl.flock", refuse)
+    monkeypatch.setattr("workers.pipeline._commit.fcntl.flock", refuse)
     target = workspace.root / "data.txt"
     target.write_text("old")
     with pytest.raises(ToolError, match=r"refuses file locks .* nothing was changed"):

@@ -8,8 +8,9 @@ import pytest
 from pydantic import Field
 
 from executor import InvalidArgumentsError, Tool, ToolContext, ToolDefinitionError, tool
-from executor.contract import parse_docstring
-from executor.workspace import Workspace
+from executor.contract import Workspace
+from executor.contract._schema import validate_arguments
+from executor.contract._tool import parse_docstring
 
 
 @tool(concurrency_safe=True, read_only=True, max_result_chars=500, timeout=5)
@@ -101,15 +102,83 @@ def test_explicit_schema_is_used_and_enforced() -> None:
     with pytest.raises(InvalidArgumentsError) as info:
         search.validate({"q": "", "n": "2", "z": 1})
     assert info.value.problems == [
-        "q: must have at least 1 characters",
-        "n: expected integer, got str",
-        "z: unexpected argument (allowed: q, n)",
+        "q: '' should be non-empty",
+        "n: '2' is not of type 'integer'",
+        "z: unexpected argument",
+    ]
+    with pytest.raises(InvalidArgumentsError) as info:
+        search.validate({})
+    assert info.value.problems == ["q: Field required"]
+
+
+def test_explicit_schema_may_use_any_draft_2020_12_keyword() -> None:
+    # oneOf, format, $defs and $ref, which the hand-written subset validator refused.
+    schema = {
+        "type": "object",
+        "properties": {
+            "when": {"type": "string", "format": "date"},
+            "size": {"oneOf": [{"type": "integer", "minimum": 1}, {"enum": ["all"]}]},
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}, "uniqueItems": True},
+        },
+        "$defs": {"tag": {"type": "string", "pattern": "^[a-z]+$"}},
+    }
+
+    @tool(parameters=schema, description="Tagged.")
+    def tagged(**arguments: Any) -> None:
+        pass
+
+    valid = {"when": "2024-02-29", "size": "all", "tags": ["a", "b"]}
+    assert tagged.validate(valid) == valid
+    with pytest.raises(InvalidArgumentsError) as info:
+        tagged.validate({"when": "2023-02-29", "size": 0, "tags": ["a", "a", "B"]})
+    assert info.value.problems == [
+        "when: '2023-02-29' is not a 'date'",
+        "size: 0 is not valid under any of the given schemas "
+        "(0 is less than the minimum of 1; 0 is not one of ['all'])",
+        "tags[2]: 'B' does not match '^[a-z]+$'",
+        "tags: ['a', 'a', 'B'] has non-unique elements",
     ]
 
 
-def test_explicit_schema_with_unsupported_keyword_is_refused() -> None:
-    with pytest.raises(ToolDefinitionError, match=r"unsupported JSON Schema keyword.*oneOf"):
-        tool(parameters={"type": "object", "oneOf": []}, description="x")(lambda: None)
+@pytest.mark.parametrize(
+    ("parameters", "message"),
+    [
+        ({"type": "object", "requried": ["x"]}, r"uses \['requried'\], not JSON Schema 2020-12"),
+        ({"type": "object", "properties": {"x": {"type": "integr"}}},
+         r"parameters\.properties\.x\.type is not valid JSON Schema: 'integr' is not one of"),
+        ({"type": "object", "properties": {"x": {"type": "string", "pattern": "("}}},
+         r"parameters\.properties\.x\.pattern is not valid JSON Schema: '\(' is not a 'regex'"),
+        ({"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}},
+         "a reference must point inside the schema"),
+        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+         "names nothing in the schema"),
+        ({"type": "array"}, "parameters must have type 'object'"),
+        ([], "must be a JSON Schema object"),
+    ],
+)  # fmt: skip
+def test_explicit_schema_that_is_not_valid_is_refused(parameters: Any, message: str) -> None:
+    with pytest.raises(ToolDefinitionError, match=message):
+        tool(parameters=parameters, description="x")(lambda: None)
+
+
+def test_validate_arguments_lists_problems_with_long_values_cut() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    validate_arguments("read", schema, {"path": "a", "n": 1})
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments("read", schema, {"path": ["x" * 10_000], "extra": 1})
+    assert info.value.tool_name == "read"
+    problems = info.value.problems
+    assert problems[0].startswith("path: ['xxxx")
+    assert problems[0].endswith("x... is not of type 'string'")
+    assert len(problems[0]) < 200
+    assert problems[1:] == ["extra: unexpected argument"]
+    with pytest.raises(ToolDefinitionError, match="not valid JSON Schema"):
+        validate_arguments("read", {"type": "nope"}, {})
 
 
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65, "dots.no"])
@@ -149,3 +218,27 @@ def test_docstring_parser_handles_types_and_continuations() -> None:
     )
     assert summary == "Summary."
     assert params == {"a": "First continued.", "b": "Second."}
+
+
+def test_docstring_parser_reads_numpy_and_rest_styles() -> None:
+    numpy = parse_docstring(
+        """Summary.
+
+        Parameters
+        ----------
+        a : int
+            First
+            continued.
+        b : str, optional
+            Second.
+        """
+    )
+    rest = parse_docstring(
+        """Summary.
+
+        :param a: First continued.
+        :param b: Second.
+        :returns: Something.
+        """
+    )
+    assert numpy == rest == ("Summary.", {"a": "First continued.", "b": "Second."})

@@ -1,7 +1,8 @@
 """Issue 4's proofs on a real redis-server with real worker processes.
 
-Each test starts its own worker processes (``dist_helpers.Workers``: ``python -m dist_helpers``
-running ``workers.process.run_worker`` with ``dist_tools:registry``) and stops them by PID.
+Each test starts its own worker processes (``tests.support.procs.Workers``: ``python -m
+tests.support.procs`` running ``workers.pool._process.run_worker`` with
+``tests.support.dist_tools:registry``) and stops them by PID.
 What ran where and when is read back from the event stream the workers write: stream order
 for seed 001's "every start before any result", and the lock events' intervals for "an
 exclusive call overlaps no other call".
@@ -17,10 +18,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import dist_tools
 import pytest
 import redis
-from dist_helpers import (
+
+from executor import ErrorType, Settings, ToolResult, ToolStatus
+from executor.client import Executor
+from executor.lock import RWLock
+from executor.wire import Keys
+from tests.support import dist_tools
+from tests.support.procs import (
     Workers,
     events,
     exclusive_overlaps,
@@ -28,12 +34,10 @@ from dist_helpers import (
     named,
     wait_for_event,
 )
-from waiting import wait_for
+from tests.support.waiting import wait_for
 
-from executor import ErrorType, Settings, ToolResult, ToolStatus
-from executor.client import Executor
-from executor.keys import Keys
-from executor.lock import RWLock
+# A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
 
 MakeWorkers = Callable[[Settings], Workers]
 

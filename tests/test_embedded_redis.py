@@ -12,8 +12,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor.embedded_redis import RedisServer, find_redis_server
-from executor.errors import ConfigurationError
+from executor import ConfigurationError
+from workers._embedded_redis import RedisServer, find_redis_server
 
 
 def _alive(pid: int) -> bool:

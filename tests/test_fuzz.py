@@ -25,16 +25,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import dist_tools
 import pytest
-from dist_helpers import Workers
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor import ErrorType, Settings, ToolRegistry, ToolStatus
+from executor._truncation import marker
 from executor.client import Executor
-from executor.embedded_redis import RedisServer
-from executor.truncation import marker
+from tests.support import dist_tools
+from tests.support.procs import Workers
+from workers._embedded_redis import RedisServer
+
+# A process-heavy proof (random turns through worker processes): `scripts/test --fast` leaves
+# it out.
+pytestmark = pytest.mark.proof
 
 DEFAULT_CALLS = 200
 FUZZ_CALLS = int(os.environ.get("TOOLPOOL_FUZZ_CALLS", DEFAULT_CALLS))

@@ -1,10 +1,11 @@
 """Issue 5, hostile input: named cases through real worker processes.
 
-Two worker processes (``python -m dist_helpers NAME test_hostile:registry``) serve the whole
-module; every test sends its cases through ``executor.client.Executor`` and then checks that
-both workers are the same processes as at the start and still answer a normal call. Most
-cases go through a *loose* orchestrator registry (the nine tools with their argument checks
-removed), so that wrong arguments reach the workers rather than being answered before Redis.
+Two worker processes (``python -m tests.support.procs NAME tests.test_hostile:registry``) serve
+the whole module; every test sends its cases through ``executor.client._executor.Executor`` and
+then checks that both workers are the same processes as at the start and still answer a normal
+call. Most cases go through a *loose* orchestrator registry (the nine tools with their argument
+checks removed), so that wrong arguments reach the workers rather than being answered before
+Redis.
 
 The workers run grep with a short time limit (``HOSTILE_GREP_TIMEOUT``) so that the
 catastrophic-backtracking case ends in seconds; the mechanism is the same at grep's 30 s.
@@ -25,28 +26,31 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import dist_tools
 import pytest
 import redis
 from click.testing import CliRunner
-from dist_helpers import Workers
-from expect import ok
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
-from waiting import gone, wait_for
 
 from executor import ErrorType, Settings, ToolRegistry, ToolResult, ToolStatus
 from executor.cli import main
 from executor.client import Executor
-from executor.context import ToolContext
-from executor.embedded_redis import RedisServer
-from executor.jobs import ENTRY_POINT, call_queue
-from executor.keys import Keys
-from executor.workspace import Workspace
+from executor.contract import ToolContext, Workspace
+from executor.wire import ENTRY_POINT, Keys, call_queue
+from tests.support import dist_tools
+from tests.support.expect import ok
+from tests.support.procs import Workers
+from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
+from workers._embedded_redis import RedisServer
 from workers.tools.search import GREP_MAX_PATTERN_CHARS, grep
 
+# A process-heavy proof (hostile input to worker processes): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
+
 HOSTILE_GREP_TIMEOUT = 4.0
+# What the workers load: ``registry`` below.
+REGISTRY = f"{__name__}:registry"
 # A worker's peak resident memory after every hostile case must stay under this.
 PEAK_MEMORY_LIMIT_KB = 300 * 1024
 SECRET = "TOPSECRET-c0ffee"
@@ -135,7 +139,7 @@ def hostile(
                         workspace=root, lock_lease_ms=5000)  # fmt: skip
     workers = Workers(settings, base / "logs")
     try:
-        started = workers.start(2, registry="test_hostile:registry")
+        started = workers.start(2, registry=REGISTRY)
         yield Hostile(settings, workers, [w.pid for w in started], outside)
     finally:
         workers.stop_all()
@@ -207,7 +211,7 @@ def test_a_job_whose_data_is_not_json_is_refused_and_the_worker_lives(
     workers = Workers(settings, tmp_path / "logs")
     client = redis.Redis.from_url(redis_server.url)
     try:
-        (worker,) = workers.start(1, registry="test_hostile:registry")
+        (worker,) = workers.start(1, registry=REGISTRY)
         queue = call_queue(client, Keys(settings.key_prefix), settings.queue)
         garbage = Job.create(ENTRY_POINT, args=({},), connection=client,
                              serializer=JSONSerializer)  # fmt: skip

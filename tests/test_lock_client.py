@@ -20,24 +20,16 @@ import redis
 from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
-from waiting import wait_for
 
-from executor.context import ToolContext
-from executor.embedded_redis import RedisServer
-from executor.errors import ConfigurationError, FenceError
-from executor.keys import Keys
-from executor.lock import (
-    Lease,
-    LeaseKeeper,
-    LockError,
-    LockTimeout,
-    LockUnavailable,
-    OwnerInfo,
-    RWLock,
-)
-from executor.lock.cli import lock as lock_cli
-from executor.lock.scripts import script_source
-from executor.workspace import Workspace
+from executor import ConfigurationError, FenceError
+from executor.cli._lock import lock as lock_cli
+from executor.contract import ToolContext, Workspace
+from executor.lock import Lease, LockError, LockTimeout, LockUnavailable, OwnerInfo, RWLock
+from executor.lock._keeper import LeaseKeeper
+from executor.lock._scripts import script_source
+from executor.wire import Keys
+from tests.support.waiting import wait_for
+from workers._embedded_redis import RedisServer
 
 MakeLock = Callable[..., RWLock]
 

@@ -1,8 +1,8 @@
 """The RW lock across real OS processes (issue 3's process proofs), on a real redis-server.
 
-Every contender is a process of its own (``tests/lock_proc.py``, run with ``python -m``), with
-its own Redis clients and its own lease keeper thread. Processes that must contend are released
-together by one barrier (a Redis list they BLPOP on). Holds are recorded on
+Every contender is a process of its own (``tests/support/lock_proc.py``, run with
+``python -m``), with its own Redis clients and its own lease keeper thread. Processes that must
+contend are released together by one barrier (a Redis list they BLPOP on). Holds are recorded on
 ``time.monotonic()``, which on Linux is one clock for every process, and checked afterwards by
 an oracle. The parent never sleeps and hopes: it waits for a condition, an event or an exit,
 each with a deadline. Leases are short (0.5-1.5 s) so that the file runs in seconds.
@@ -28,22 +28,25 @@ from typing import Any
 
 import pytest
 import redis
-from lock_proc import GO_KEY, READY_KEY, STOP_KEY, ChildConfig, control_key, events_key
-from waiting import wait_for
 
-from executor.keys import Keys
-from executor.lock import (
-    Lease,
-    LeaseKeeper,
-    LockScripts,
-    LockTimeout,
-    Mode,
-    OwnerInfo,
-    Policy,
-    RWLock,
+from executor.lock import Lease, LockTimeout, Mode, OwnerInfo, Policy, RWLock
+from executor.lock._keeper import LeaseKeeper
+from executor.lock._scripts import LockScripts
+from executor.wire import Keys
+from tests.support.lock_proc import (
+    GO_KEY,
+    READY_KEY,
+    STOP_KEY,
+    ChildConfig,
+    control_key,
+    events_key,
 )
+from tests.support.procs import python_path_env
+from tests.support.waiting import wait_for
 
-_TESTS_DIR = Path(__file__).resolve().parent
+# A process-heavy proof (many lock-holding processes): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
+
 # How long any single condition may take before the test fails (generous: a loaded 2-core box
 # starts 20 Python processes in a few seconds).
 _PATIENCE_S = 30.0
@@ -86,10 +89,7 @@ class Children:
         self.folder = folder
         self.redis = redis.Redis.from_url(url, socket_timeout=_PATIENCE_S + 5)
         self.started: list[Child] = []
-        self._env = dict(os.environ)
-        self._env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p
-        )
+        self._env = python_path_env()
 
     def start(self, role: str, name: str, scope: str, **options: Any) -> Child:
         config = ChildConfig.model_validate(
@@ -105,7 +105,7 @@ class Children:
         stderr = self.folder / f"{name}.stderr"
         with stderr.open("wb") as err:
             process = subprocess.Popen(
-                [sys.executable, "-m", "lock_proc", config.model_dump_json()],
+                [sys.executable, "-m", "tests.support.lock_proc", config.model_dump_json()],
                 cwd=self.folder,
                 env=self._env,
                 stdin=subprocess.DEVNULL,

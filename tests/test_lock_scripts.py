@@ -14,20 +14,20 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from executor.embedded_redis import RedisServer
-from executor.keys import Keys, LockKeys
-from executor.lock import (
+from executor.lock import LockProtocolError, OwnerInfo, Policy
+from executor.lock._scripts import (
+    SCRIPT_NAMES,
     AcquireOutcome,
     AcquireReply,
     CancelOutcome,
-    LockProtocolError,
     LockScripts,
-    OwnerInfo,
-    Policy,
     ReleaseOutcome,
     RenewOutcome,
+    decode_outcome,
+    script_source,
 )
-from executor.lock.scripts import SCRIPT_NAMES, decode_outcome, script_source
+from executor.wire import Keys, LockKeys
+from workers._embedded_redis import RedisServer
 
 LONG = 60_000
 OWNER = OwnerInfo(worker="w1", host="h", pid=7, call_id="c1", tool="write_file").model_dump_json()

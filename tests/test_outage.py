@@ -15,21 +15,23 @@ from pathlib import Path
 
 import pytest
 import redis
-from dist_helpers import PATIENCE_S, running_pool
-from expect import ok
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from waiting import wait_for
 
-from executor import ErrorType, Settings
+from executor import ErrorType, RedisUnavailable, Settings
 from executor.client import Executor
-from executor.embedded_redis import RedisServer
-from executor.errors import RedisUnavailable
-from executor.events import read_events
-from executor.keys import Keys
-from workers.pool import WorkerPool
+from executor.wire import Keys, read_events
+from tests.support.expect import ok
+from tests.support.procs import running_pool
+from tests.support.waiting import PATIENCE_S, wait_for
+from workers import builtin_registry
+from workers._embedded_redis import RedisServer
+from workers.pool._pool import WorkerPool
+
+# A process-heavy proof (a Redis outage under a worker pool): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
 
 LEASE_MS = 1000
 DOWNTIME_S = 3.0  # three leases
@@ -102,8 +104,9 @@ def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
 def test_collect_raises_a_clear_error_at_its_deadline_then_gets_the_results(
     server: RedisServer, settings: Settings
 ) -> None:
-    # No worker yet: the call waits on the queue, which the append-only file keeps.
-    with Executor(settings=settings) as executor:
+    # No worker yet: the call waits on the queue, which the append-only file keeps. The
+    # client checks the call against the built-in tools, since no worker publishes any.
+    with Executor(settings=settings, registry=builtin_registry()) as executor:
         turn = executor.submit([_read("r1")])
         outage = _restart_in_background(server, 4.0)
         wait_for(lambda: not _answers(server), "Redis to go down")
@@ -159,7 +162,7 @@ def test_calls_a_failed_submit_never_enqueued_are_answered_did_not_run(
 ) -> None:
     # The state a submit leaves when Redis goes away after the turn's plan and the first
     # call's job: the second call has no job at all.
-    with Executor(settings=settings) as executor:
+    with Executor(settings=settings, registry=builtin_registry()) as executor:
         turn = executor.submit([_read("stored"), _read("never")])
         Job.fetch(turn.plan.job_ids[1], connection=executor.client,
                   serializer=JSONSerializer).delete()  # fmt: skip

@@ -24,17 +24,18 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Worker
-from waiting import gone, wait_for
 
 from executor import ErrorType, Settings, ToolStatus
 from executor.client import Executor
-from executor.events import Event, read_events
-from executor.keys import Keys
+from executor.contract import ToolRegistry, Workspace, load_registry
 from executor.lock import RWLock
-from executor.registry import ToolRegistry, load_registry
-from executor.workspace import Workspace
+from executor.wire import Event, Keys, read_events
+from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
-from workers.pool import PoolChild, WorkerPool, settings_environment
+from workers.pool._pool import PoolChild, WorkerPool, settings_environment
+
+# A process-heavy proof (worker pools): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
 
 # The orchestrator's own detection of a dead worker waits this long; the pool must be far
 # quicker, so that a fast answer can only have come from the pool.
@@ -226,7 +227,7 @@ def test_forked_work_horse_of_a_killed_worker_is_killed_too(
 def test_child_failing_at_start_is_restarted_with_growing_delays(
     settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("WARNING", logger="workers.pool")
+    caplog.set_level("WARNING", logger="workers.pool._pool")
     # An "interpreter" that exits at once with code 1, like a worker that cannot start.
     false = shutil.which("false")
     assert false is not None
@@ -261,7 +262,7 @@ def test_settings_reach_the_workers_unchanged(settings: Settings, tmp_path: Path
 _POOL_SCRIPT = """
 import json, sys
 from executor import Settings
-from workers.pool import WorkerPool
+from workers.pool._pool import WorkerPool
 
 pool = WorkerPool(sys.argv[1], Settings.from_env(), workers=2, grace=float(sys.argv[2]))
 code = pool.run(

@@ -32,27 +32,30 @@ from typing import Any
 
 import pytest
 import redis
-from dist_helpers import Workers, events, named, running_pool
 from rq import Queue
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
-from waiting import wait_for
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
 from executor.client import Executor, Turn
-from executor.registry import load_registry
-from executor.results import ResultStore
-from workers.pool import WorkerPool
-from workers.reaper import DeadChild, Reaper
-from workers.rq_worker import ToolpoolWorker
+from executor.contract import load_registry
+from executor.wire import ResultStore
+from tests.support.procs import DIST_TOOLS, Workers, events, named, running_pool
+from tests.support.waiting import wait_for
+from workers.pool._pool import WorkerPool
+from workers.pool._reaper import DeadChild, Reaper
+from workers.pool._rq_worker import ToolpoolWorker
+
+# A process-heavy proof (worker pools and the reaper): `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
 
 # The orchestrator's own detection of lost calls waits this long; every answer within a test
 # (PATIENCE_S) must come from the reaper.
 LIVENESS_S = 60.0
 PATIENCE_S = 30.0
 # The reaper's grace for a dequeued job with no owner while other workers live (1 s here to
-# keep the tests short; the pool uses workers.reaper.DEQUEUE_GRACE_S).
+# keep the tests short; the pool uses workers.pool._reaper.DEQUEUE_GRACE_S).
 GRACE_S = 1.0
 
 
@@ -65,7 +68,7 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def executor(settings: Settings) -> Iterator[Executor]:
-    with Executor(settings=settings, registry=load_registry("dist_tools:registry")) as made:
+    with Executor(settings=settings, registry=load_registry(DIST_TOOLS)) as made:
         yield made
 
 
@@ -359,7 +362,10 @@ def test_pool_ends_the_started_job_its_killed_child_left(
         # The child's next steps, as RQ takes them: start, run, store the result; it dies
         # before RQ records the job's end.
         stand_in = rq_worker(executor, child.name, register=False)
-        start(stand_in, Job.fetch(first, connection=executor.client, serializer=JSONSerializer))
+        start(
+            stand_in,
+            Job.fetch(first, connection=executor.client, serializer=JSONSerializer),
+        )
         publish_ok(executor, turn, 0, "pool done")
     finally:
         os.kill(pid, signal.SIGKILL)

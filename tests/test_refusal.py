@@ -18,10 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import dist_tools
 import pytest
 import redis
-from dist_helpers import events, named
 from rq import Callback, Queue, SimpleWorker
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
@@ -29,12 +27,14 @@ from rq.webhook import Webhook
 
 from executor import Settings, ToolCall, ToolStatus
 from executor.client import Executor
-from executor.jobs import ENTRY_POINT
-from executor.keys import Keys
-from executor.results import ResultStore
-from executor.turns import CallJob
-from workers.process import run_worker
+from executor.wire import ENTRY_POINT, CallJob, Keys, ResultStore
+from tests.support import dist_tools
+from tests.support.procs import events, named
+from workers.pool._process import run_worker
 
+# Harmless functions a job or a callback may name: an RQ worker imports them by these paths.
+TOUCH_MARKER = "tests.support.dist_tools.touch_marker"
+MARK_CALLBACK = "tests.support.dist_tools.mark_callback"
 _HOOK_FIELDS = ["success_callback_name", "failure_callback_name", "stopped_callback_name",
                 "webhooks"]  # fmt: skip
 
@@ -81,9 +81,9 @@ def _enqueue_harmless(queue: Queue, folder: Path, hooks: _HookServer) -> tuple[J
     """A job that touches a file, with a callback that touches another and a webhook."""
     ran, called_back = folder / "job-ran", folder / "callback-ran"
     job = queue.enqueue_call(
-        "dist_tools.touch_marker",
+        TOUCH_MARKER,
         args=(str(ran),),
-        on_success=Callback("dist_tools.mark_callback"),
+        on_success=Callback(MARK_CALLBACK),
         meta={"marker": str(called_back)},
         webhooks=[
             Webhook(f"{hooks.url}/finished", "finished"),
@@ -126,7 +126,7 @@ def test_toolpool_worker_refuses_foreign_jobs_and_keeps_serving(
         ENTRY_POINT,
         args=(_payload("cb", "callbacks.txt"),),
         on_success=Callback("os.system"),
-        on_failure=Callback("dist_tools.mark_callback"),
+        on_failure=Callback(MARK_CALLBACK),
         meta={"marker": str(tmp_path / "failure-callback-ran")},
     )
     with_webhook = queue.enqueue_call(
@@ -160,7 +160,7 @@ def test_toolpool_worker_refuses_foreign_jobs_and_keeps_serving(
     reasons = {e.data["job_id"]: str(e.data["reason"]) for e in named(stream, "call_refused")}
     assert set(reasons) == {job.id for job in refused}
     assert "'os.system' is not toolpool's entry point" in reasons[system.id]
-    assert "'dist_tools.touch_marker' is not toolpool's entry point" in reasons[harmless.id]
+    assert f"'{TOUCH_MARKER}' is not toolpool's entry point" in reasons[harmless.id]
     assert "success_callback_name" in reasons[with_callbacks.id]
     assert "failure_callback_name" in reasons[with_callbacks.id]
     assert "webhooks" in reasons[with_webhook.id]

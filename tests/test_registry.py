@@ -59,10 +59,10 @@ def test_only_and_merged_build_new_registries() -> None:
 @pytest.mark.parametrize(
     ("spec", "names"),
     [
-        ("sample_tools:registry", ["shout"]),
-        ("sample_tools:tool_list", ["whisper"]),
-        ("sample_tools:make_registry", ["whisper"]),
-        ("sample_tools:whisper", ["whisper"]),
+        ("tests.support.sample_tools:registry", ["shout"]),
+        ("tests.support.sample_tools:tool_list", ["whisper"]),
+        ("tests.support.sample_tools:make_registry", ["whisper"]),
+        ("tests.support.sample_tools:whisper", ["whisper"]),
     ],
 )
 def test_load_registry_from_an_import_string(spec: str, names: list[str]) -> None:
@@ -74,8 +74,8 @@ def test_load_registry_from_an_import_string(spec: str, names: list[str]) -> Non
     [
         ("no_colon", "must look like 'package.module:attribute'"),
         ("missing_module_xyz:registry", "Cannot import 'missing_module_xyz'"),
-        ("sample_tools:nothing", "has no attribute 'nothing'"),
-        ("sample_tools:not_tools", "is int, not a ToolRegistry"),
+        ("tests.support.sample_tools:nothing", "has no attribute 'nothing'"),
+        ("tests.support.sample_tools:not_tools", "is int, not a ToolRegistry"),
     ],
 )
 def test_load_registry_errors_say_what_is_wrong(spec: str, message: str) -> None:

@@ -14,14 +14,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import dist_tools
 import pytest
 import redis
-from dist_helpers import Workers, events, named, wait_for_event
-from expect import ok
 
 from executor import ErrorType, Settings
 from executor.client import Executor
+from tests.support import dist_tools
+from tests.support.expect import ok
+from tests.support.procs import Workers, events, named, wait_for_event
+
+pytestmark = pytest.mark.proof  # worker processes paused past their leases
 
 LEASE_MS = 800
 

@@ -10,7 +10,6 @@ import pytest
 from pydantic import ValidationError
 
 from executor import (
-    CallEnvironment,
     ErrorType,
     FenceError,
     Settings,
@@ -20,10 +19,10 @@ from executor import (
     ToolRegistry,
     ToolStatus,
     TruncationPolicy,
-    run_call,
     tool,
 )
-from executor.workspace import Workspace
+from executor.contract import Workspace
+from workers.pipeline._runner import CallEnvironment, run_call
 
 registry = ToolRegistry()
 release_slow = threading.Event()

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,15 +21,19 @@ from typing import Any
 
 import pytest
 import redis
-from waiting import wait_for
 
-from executor import Settings, ToolResult, ToolStatus
+from executor import Settings, ToolRegistry, ToolResult, ToolStatus
 from executor.client import Executor
-from executor.events import read_events
-from executor.keys import Keys
 from executor.lock import RWLock
-from executor.models import ErrorType
-from workers.reaper import TOKEN_ENV
+from executor.wire import ErrorType, Keys, read_events
+from tests.support.ports import free_port
+from tests.support.waiting import wait_for
+from workers import builtin_registry
+from workers.pool._reaper import TOKEN_ENV
+
+# A process-heavy proof (redis-servers with credentials and TLS, worker pools):
+# `scripts/test --fast` leaves it out.
+pytestmark = pytest.mark.proof
 
 TOOLPOOL = [sys.executable, "-m", "executor.cli"]
 PATIENCE_S = 30.0
@@ -60,14 +63,6 @@ def _toolpool(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
 
 
 # -- a redis-server with credentials or TLS -------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    assert port != 6379
-    return port
 
 
 def _make_certificates(folder: Path) -> Path:
@@ -101,7 +96,7 @@ class SecureRedis:
     @classmethod
     def start(cls, mode: str, folder: Path) -> SecureRedis:
         folder.mkdir(parents=True)
-        port = _free_port()
+        port = free_port()
         base = [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1",
                 "--dir", str(folder), "--save", "", "--appendonly", "no",
                 "--logfile", str(folder / "redis.log")]  # fmt: skip
@@ -344,8 +339,10 @@ def test_two_prefixes_on_one_redis_never_see_each_other(
 # -- 3. workers that serve fewer tools ------------------------------------------------------
 
 
-def _run_on_pool(redis_url: str, calls: list[dict[str, Any]]) -> list[ToolResult]:
-    with Executor(settings=Settings(redis_url=redis_url)) as executor:
+def _run_on_pool(
+    redis_url: str, calls: list[dict[str, Any]], registry: ToolRegistry | None = None
+) -> list[ToolResult]:
+    with Executor(settings=Settings(redis_url=redis_url), registry=registry) as executor:
         return executor.run(calls, timeout=PATIENCE_S)
 
 
@@ -365,13 +362,23 @@ def test_read_only_worker_refuses_tools_that_change_things(
         {"id": "ro-2", "name": "read_file", "arguments": {"path": "a.txt"}},
         {"id": "ro-3", "name": "bash", "arguments": {"command": "touch b.txt"}},
     ])  # fmt: skip
+    # The client answers from the workers' published catalog, with their reason.
     assert write.status is ToolStatus.ERROR
     assert write.error_type is ErrorType.UNKNOWN_TOOL
-    assert "write_file is not served by this worker: it runs read-only" in write.content
+    assert (
+        "write_file is not served on queue 'toolpool.default': the worker runs read-only"
+        in write.content
+    )
     assert shell.error_type is ErrorType.UNKNOWN_TOOL
-    assert "bash is not served by this worker" in shell.content
+    assert "bash is not served on queue 'toolpool.default'" in shell.content
     assert read.status is ToolStatus.OK
     assert "kept" in read.content
+    # A client that declares the tools itself reaches the worker, which has the last word.
+    [forced] = _run_on_pool(redis_url, [{"id": "ro-4", "name": "write_file",
+                            "arguments": {"path": "a.txt", "content": "lost"}}],
+                            registry=builtin_registry())  # fmt: skip
+    assert forced.error_type is ErrorType.UNKNOWN_TOOL
+    assert "write_file is not served by this worker: the worker runs read-only" in forced.content
     assert (workspace / "a.txt").read_text() == "kept\n"
     assert not (workspace / "b.txt").exists()
 
@@ -392,8 +399,11 @@ def test_disabled_tools_are_refused_and_the_rest_served(
         {"id": "off-3", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}},
     ])  # fmt: skip
     assert shell.error_type is ErrorType.UNKNOWN_TOOL
-    assert "bash is not served by this worker: it is disabled on this worker" in shell.content
-    assert "grep is not served by this worker" in search.content
+    assert (
+        "bash is not served on queue 'toolpool.default': it is disabled on the worker"
+        in shell.content
+    )
+    assert "grep is not served on queue 'toolpool.default'" in search.content
     assert write.status is ToolStatus.OK
     assert (workspace / "c.txt").read_text() == "c"
     assert not (workspace / "b.txt").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,18 @@ def test_from_env_reads_toolpool_variables() -> None:
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env(env)
+
+
+def test_only_from_env_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A reason to keep the dataclass over pydantic-settings, whose Settings() reads it too.
+    monkeypatch.setenv("TOOLPOOL_QUEUE", "from-env")
+    assert Settings().queue == "default"
+    assert Settings.from_env().queue == "from-env"
+
+
+def test_settings_are_frozen_and_changed_by_copy() -> None:
+    settings = Settings()
+    with pytest.raises(FrozenInstanceError):
+        settings.queue = "other"  # type: ignore[misc]
+    changed = settings.with_changes(queue="other")
+    assert (settings.queue, changed.queue) == ("default", "other")

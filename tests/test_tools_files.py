@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from expect import ok, tool_error
 
 from executor import (
-    CallEnvironment,
     ErrorType,
     FenceError,
     Tool,
@@ -23,9 +21,10 @@ from executor import (
     ToolError,
     ToolRegistry,
     ToolResult,
-    run_call,
 )
-from executor.workspace import Workspace
+from executor.contract import Workspace
+from tests.support.expect import ok, tool_error
+from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools._atomic import replace_file
 from workers.tools.files import (
     MAX_LINE_CHARS,

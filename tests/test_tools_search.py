@@ -8,12 +8,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
-from expect import ok, tool_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from executor import (
-    CallEnvironment,
     ErrorType,
     Settings,
     ToolCall,
@@ -21,9 +19,10 @@ from executor import (
     ToolRegistry,
     ToolResult,
     TruncationPolicy,
-    run_call,
 )
-from executor.workspace import Workspace
+from executor.contract import Workspace
+from tests.support.expect import ok, tool_error
+from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools._prefilter import ASCII_CASE_PARTNERS, LiteralPrefilter
 from workers.tools.search import (
     GLOB_MAX_RESULTS,
@@ -120,6 +119,21 @@ def test_glob_braces_including_nested_and_across_directories(
     ]
 
 
+def test_glob_brace_ranges_expand_as_in_bash(run_tool: RunTool, workspace: Workspace) -> None:
+    _tree(workspace.root, {f"v{n}/x.txt": "" for n in range(1, 6)} | {"logs/b.log": ""})
+    assert _lines(run_tool(glob, pattern="v{2..4}/*.txt")) == [
+        "v2/x.txt",
+        "v3/x.txt",
+        "v4/x.txt",
+    ]
+    assert _lines(run_tool(glob, pattern="logs/{a..c}.log")) == ["logs/b.log"]
+    assert _lines(run_tool(glob, pattern="v{1..5..2}/x.txt")) == [
+        "v1/x.txt",
+        "v3/x.txt",
+        "v5/x.txt",
+    ]
+
+
 def test_glob_question_mark_and_character_classes(run_tool: RunTool, workspace: Workspace) -> None:
     _tree(workspace.root, {"a1.txt": "", "a2.txt": "", "ab.txt": "", "a10.txt": ""})
     assert _lines(run_tool(glob, pattern="a?.txt")) == ["a1.txt", "a2.txt", "ab.txt"]
@@ -199,6 +213,8 @@ def test_glob_says_clearly_when_nothing_matches(run_tool: RunTool, code_tree: Pa
         ("/etc/*", ".", "Absolute glob pattern refused"),
         ("[z-a].py", ".", "Invalid glob pattern"),
         ("{a,b}" * 11, ".", "more than 1000 alternatives"),
+        ("{1..1001}", ".", "more than 1000 alternatives"),
+        ("{" * 995 + "a,b}", ".", "nested too deeply"),
         ("*.py", "missing", "Path not found: missing"),
         ("*.py", "main.py", "Not a directory: main.py"),
     ],

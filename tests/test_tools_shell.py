@@ -9,10 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from expect import tool_error
 
 from executor import (
-    CallEnvironment,
     ErrorType,
     FenceError,
     Settings,
@@ -22,9 +20,10 @@ from executor import (
     ToolRegistry,
     ToolResult,
     ToolStatus,
-    run_call,
 )
-from executor.workspace import Workspace
+from executor.contract import Workspace
+from tests.support.expect import tool_error
+from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools.shell import bash
 
 RunTool = Callable[..., ToolResult]

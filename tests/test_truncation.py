@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from executor import truncate
-from executor.settings import TruncationPolicy
-from executor.truncation import marker
+from executor import TruncationPolicy, truncate
+from executor._truncation import marker
 
 MARKER = re.compile(
     r"\n\n\.\.\. \[(\d+) characters?, (\d+) lines? dropped(?:; [^\]]*)?\] \.\.\.\n\n"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from executor import ErrorType, Settings, ToolCall, ToolStatus
 from executor.client import Executor
-from executor.events import read_events
+from executor.wire import read_events
 from workers import builtin_registry
-from workers.process import run_worker
+from workers.pool._process import run_worker
 
 
 def test_a_reused_call_id_is_rejected_without_reading_the_other_turns_result(
@@ -17,7 +17,7 @@ def test_a_reused_call_id_is_rejected_without_reading_the_other_turns_result(
     (tmp_path / "first.txt").write_text("first turn")
     (tmp_path / "second.txt").write_text("second turn")
     settings = Settings(redis_url=redis_url, workspace=tmp_path)
-    with Executor(settings=settings) as executor:
+    with Executor(settings=settings, registry=builtin_registry()) as executor:
         first = executor.submit([ToolCall(id="same", name="read_file",
                                           arguments={"path": "first.txt"})])  # fmt: skip
         run_worker(redis_url, settings, builtin_registry(), burst=True)
@@ -38,7 +38,10 @@ def test_answered_calls_are_kept_in_the_plan_for_other_collectors(
     redis_url: str, tmp_path: Path
 ) -> None:
     settings = Settings(redis_url=redis_url, workspace=tmp_path)
-    with Executor(settings=settings) as submitter, Executor(settings=settings) as collector:
+    with (
+        Executor(settings=settings, registry=builtin_registry()) as submitter,
+        Executor(settings=settings, registry=builtin_registry()) as collector,
+    ):
         turn = submitter.submit(
             [
                 {"id": "bad", "name": "read_file", "arguments": {"pth": "x"}},
@@ -56,7 +59,7 @@ def test_events_carry_long_arguments_cut_and_the_call_keeps_them_whole(
 ) -> None:
     settings = Settings(redis_url=redis_url, workspace=tmp_path)
     content = "x" * 50_000
-    with Executor(settings=settings) as executor:
+    with Executor(settings=settings, registry=builtin_registry()) as executor:
         arguments = {"path": "big.txt", "content": content}
         turn = executor.submit([ToolCall(id="big-write", name="write_file", arguments=arguments)])
         run_worker(redis_url, settings, builtin_registry(), burst=True)

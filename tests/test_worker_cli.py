@@ -10,7 +10,6 @@ import importlib.util
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,12 +18,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from waiting import gone, wait_for
 
 from executor import Settings, ToolStatus
 from executor.client import Executor
-from executor.events import read_events
-from workers.cli import up_command, worker_command
+from executor.wire import read_events
+from tests.support.ports import free_port_url
+from tests.support.waiting import gone, wait_for
+from workers.cli._worker import up_command, worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
 # The CLI as a process. Once executor.cli attaches these commands, this becomes
@@ -60,15 +60,6 @@ def end(process: subprocess.Popen[str]) -> str:
         process.kill()
     out, _ = process.communicate()
     return out or ""
-
-
-def free_port_url() -> str:
-    """A TCP URL where nothing listens (never the standard port)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    assert port != 6379
-    return f"redis://127.0.0.1:{port}/0"
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -136,6 +127,7 @@ def test_dockerfile_builds_a_non_root_toolpool_image() -> None:
                 assert source not in ignored, f"COPY {source}, but .dockerignore drops it"
 
 
+@pytest.mark.proof  # a worker pool as a service
 def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     redis_url: str, tmp_path: Path
 ) -> None:
@@ -151,7 +143,7 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     try:
         _, workers = read_until_workers(process, int(env["TOOLPOOL_WORKERS"]))
         settings = Settings(redis_url=redis_url, scope=env["TOOLPOOL_SCOPE"])
-        with Executor(settings=settings) as executor:
+        with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
             (result,) = executor.run(
                 [{"name": "read_file", "arguments": {"path": "hello.txt"}}], timeout=PATIENCE_S
             )
@@ -237,6 +229,7 @@ def _no_env() -> dict[str, str | None]:
 # -- toolpool up --------------------------------------------------------------------------------
 
 
+@pytest.mark.proof  # Redis and a worker pool
 def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
     # A session of its own: SIGINT to its process group is what Ctrl+C in a terminal does.
     process = subprocess.Popen(
@@ -250,7 +243,8 @@ def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -
         assert exported, text
         assert redis_pid, text
         assert exported.group(2) != "6379"
-        with Executor(settings=Settings(redis_url=exported.group(1))) as executor:
+        with Executor(settings=Settings(redis_url=exported.group(1)),
+                      wait_for_workers=PATIENCE_S) as executor:  # fmt: skip
             turn = executor.submit(
                 [{"name": "bash", "arguments": {"command": "sleep 1; echo survived ctrl-c"}}]
             )

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from executor import WorkspaceError
-from executor.workspace import Workspace
+from executor.contract import Workspace
 
 
 def test_relative_and_absolute_paths_inside_resolve(workspace: Workspace) -> None:

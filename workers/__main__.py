@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 
-from executor.errors import ToolpoolError
-from executor.settings import Settings
-from workers.process import run_worker, served_registry
+from executor import Settings, ToolpoolError
+from workers.cli._registry import build_registry
+from workers.pool._process import run_worker, served_registry
 
 log = logging.getLogger("workers")
 
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    from executor.cli_common import build_registry  # the same registry as the CLI builds
 
     try:
         settings = Settings.from_env()

@@ -9,47 +9,31 @@ Typical use::
         ...                      # rename it into place
 """
 
-from executor.lock.errors import LockError, LockProtocolError, LockTimeout, LockUnavailable
-from executor.lock.keeper import LeaseKeeper
-from executor.lock.lease import Lease
-from executor.lock.models import (
+from executor.lock._errors import LockError, LockProtocolError, LockTimeout, LockUnavailable
+from executor.lock._lease import Lease
+from executor.lock._models import (
     EXCLUSIVE,
     FAIR,
     READ_PREFERRING,
     SHARED,
     HolderStatus,
-    LockCounters,
     LockStatus,
     Mode,
     OwnerInfo,
     Policy,
     WaiterStatus,
 )
-from executor.lock.rwlock import RWLock, new_token
-from executor.lock.scripts import (
-    AcquireOutcome,
-    AcquireReply,
-    CancelOutcome,
-    LockScripts,
-    ReleaseOutcome,
-    RenewOutcome,
-)
+from executor.lock._rwlock import RWLock
 
 __all__ = [
     "EXCLUSIVE",
     "FAIR",
     "READ_PREFERRING",
     "SHARED",
-    "AcquireOutcome",
-    "AcquireReply",
-    "CancelOutcome",
     "HolderStatus",
     "Lease",
-    "LeaseKeeper",
-    "LockCounters",
     "LockError",
     "LockProtocolError",
-    "LockScripts",
     "LockStatus",
     "LockTimeout",
     "LockUnavailable",
@@ -57,8 +41,5 @@ __all__ = [
     "OwnerInfo",
     "Policy",
     "RWLock",
-    "ReleaseOutcome",
-    "RenewOutcome",
     "WaiterStatus",
-    "new_token",
 ]

@@ -1,8 +1,8 @@
-"""The nine built-in tools of seed 000, and the registry that holds them."""
+"""The nine built-in tools, and the registry that holds them."""
 
 from __future__ import annotations
 
-from executor.registry import ToolRegistry
+from executor.contract import ToolRegistry
 from workers.tools.calculator import calculator
 from workers.tools.files import edit_file, list_directory, read_file, write_file
 from workers.tools.search import glob, grep
@@ -23,7 +23,7 @@ BUILTIN_TOOLS = (
 
 
 def builtin_registry() -> ToolRegistry:
-    """A new registry with the nine built-in tools, in seed 000's order."""
+    """A new registry with the nine built-in tools, in their listed order."""
     return ToolRegistry(BUILTIN_TOOLS)
 
 

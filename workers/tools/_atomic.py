@@ -11,9 +11,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor.commit import exclusive_commit
-from executor.context import ToolContext
-from executor.errors import FenceError, ToolError
+from executor import FenceError, ToolError
+from executor.contract import ToolContext
+from workers.pipeline._commit import exclusive_commit
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,8 @@ def replace_file(
 
     The bytes go to a hidden temporary file in the target's directory (a rename within one
     directory cannot cross file systems) and are synced to disk. Then, under the workspace's
-    commit lock (``executor.commit``): the call must not be cancelled, the fence must hold, and
+    commit lock (``workers.pipeline._commit``): the call must not be cancelled, the fence must
+    hold, and
     the target must still be the version ``expect`` names (when given: an edit was computed from
     it); the temporary file is renamed over the target, and the fence is checked again. If the
     lease was lost in between, the rename is undone before the lock is let go, so a write never

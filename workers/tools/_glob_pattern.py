@@ -1,10 +1,10 @@
 """Glob patterns as fast-glob reads them, matched one path segment at a time.
 
-A pattern is brace-expanded into alternatives; each alternative becomes a tuple of segments,
-a regex one file or folder name must match in full, or None for ``**`` (any number of
-folders). A walk carries a set of states, (alternative, segment index) pairs, from folder to
-folder, so that it can prune every folder no alternative can match below (``src/*.py`` never
-enters ``docs/``) instead of listing the whole tree and filtering.
+A pattern is brace-expanded (by ``bracex``) into alternatives; each alternative becomes a
+tuple of segments, a regex one file or folder name must match in full, or None for ``**``
+(any number of folders). A walk carries a set of states, (alternative, segment index) pairs,
+from folder to folder, so that it can prune every folder no alternative can match below
+(``src/*.py`` never enters ``docs/``) instead of listing the whole tree and filtering.
 
 As with fast-glob's ``dot: false``, ``*``, ``?``, ``[...]`` and ``**`` never match a name that
 starts with "."; a segment that spells out its leading dot (``.github``) does.
@@ -12,10 +12,11 @@ starts with "."; a segment that spells out its leading dot (``.github``) does.
 
 from __future__ import annotations
 
-import itertools
 import re
 
-from executor.errors import ToolError
+import bracex
+
+from executor import ToolError
 
 MAX_ALTERNATIVES = 1000
 # Longer patterns are mistakes, and brace expansion of one costs seconds (10 MB: 17 s).
@@ -109,48 +110,19 @@ def _compile(pattern: str) -> list[_Segments]:
 
 
 def _expand_braces(pattern: str) -> list[str]:
-    """``a{b,c}d`` -> ``abd``, ``acd``, nested braces included; a brace with no comma stays."""
-    i = 0
-    while i < len(pattern):
-        if pattern[i] == "\\":
-            i += 2
-            continue
-        if pattern[i] == "{":
-            close, commas = _matching_brace(pattern, i)
-            if close > 0 and commas:
-                bounds = [i, *commas, close]
-                results: list[str] = []
-                for left, right in itertools.pairwise(bounds):
-                    option = pattern[left + 1 : right]
-                    results += _expand_braces(pattern[:i] + option + pattern[close + 1 :])
-                    if len(results) > MAX_ALTERNATIVES:
-                        raise ToolError(
-                            f"The glob pattern's braces expand to more than {MAX_ALTERNATIVES} "
-                            "alternatives; use fewer braces or a broader pattern."
-                        )
-                return results
-        i += 1
-    return [pattern]
-
-
-def _matching_brace(pattern: str, opening: int) -> tuple[int, list[int]]:
-    """The index of the ``}`` closing ``opening`` (-1 if none) and its top-level commas."""
-    depth, i = 0, opening
-    commas: list[int] = []
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\":
-            i += 1
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return i, commas
-        elif char == "," and depth == 1:
-            commas.append(i)
-        i += 1
-    return -1, []
+    """``a{b,c}d`` -> ``abd``, ``acd``, nested braces and ``{1..3}`` ranges included, as bash
+    (and fast-glob) read them; a brace with no comma or range stays, escapes are kept."""
+    try:
+        return bracex.expand(pattern, keep_escapes=True, limit=MAX_ALTERNATIVES)
+    except bracex.ExpansionLimitException:
+        raise ToolError(
+            f"The glob pattern's braces expand to more than {MAX_ALTERNATIVES} "
+            "alternatives; use fewer braces or a broader pattern."
+        ) from None
+    except RecursionError:  # bracex recurses once per "{" ("{" * 1000)
+        raise ToolError(
+            "The glob pattern's braces are nested too deeply; use fewer braces."
+        ) from None
 
 
 def _segment_regex(pattern: str, segment: str) -> re.Pattern[str]:

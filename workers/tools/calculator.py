@@ -14,8 +14,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from executor import ToolError
 from executor.contract import tool
-from executor.errors import ToolError
 
 Number = int | float
 

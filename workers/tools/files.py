@@ -19,9 +19,8 @@ from typing import IO, Annotated
 
 from pydantic import Field
 
-from executor.context import ToolContext
-from executor.contract import tool
-from executor.errors import ToolError
+from executor import ToolError
+from executor.contract import ToolContext, tool
 from workers.tools._atomic import FileIdentity, replace_file
 
 __all__ = ["edit_file", "list_directory", "read_file", "write_file"]

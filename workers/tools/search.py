@@ -13,9 +13,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from executor.context import ToolContext
-from executor.contract import tool
-from executor.errors import ToolError
+from executor import ToolError
+from executor.contract import ToolContext, tool
 from workers.tools._glob_pattern import GlobMatcher, GlobStates
 from workers.tools._grep_proc import (
     SearchCancelled,

@@ -30,9 +30,8 @@ from typing import IO, Annotated
 
 from pydantic import Field
 
-from executor.context import ToolContext
-from executor.contract import tool
-from executor.errors import FenceError, ToolError
+from executor import FenceError, ToolError
+from executor.contract import ToolContext, tool
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
 _KILL_GRACE = 1.0
@@ -49,7 +48,7 @@ _MIN_LIMIT = 0.5
 _READ_CHUNK = 65536
 # What a shell needs to behave normally (find programs, a home, locale, terminal, time zone,
 # temp dir), and nothing that usually holds a credential. TOOLPOOL_POOL_CHILD
-# (workers.reaper.TOKEN_ENV) is no secret: it marks a pool child's processes, and the pool
+# (workers.pool._reaper.TOKEN_ENV) is no secret: it marks a pool child's processes, and the pool
 # finds what a dead worker's command left running by it.
 _BASE_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ",

@@ -18,9 +18,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from executor.context import ToolContext
-from executor.contract import tool
-from executor.errors import ToolError
+from executor import ToolError
+from executor.contract import ToolContext, tool
 
 MAX_CITY_CHARS = 100
 # Both answers are a few hundred bytes; a body far larger is not the service we expect.

@@ -14,8 +14,8 @@
 --   KEYS[8] seq          STRING last ticket handed out
 --   KEYS[9] fence        STRING last fencing token handed out
 -- ARGV, the same first three for every lock script (a script's own arguments start at ARGV[4]):
---   ARGV[1] policy       "fair" (FIFO with reader batching) | "read_preferring" (the seed's
---                        semantics, kept only to show the difference in tests and benchmarks)
+--   ARGV[1] policy       "fair" (FIFO with reader batching) | "read_preferring" (readers
+--                        first, writers may starve; kept only to show the difference in tests and benchmarks)
 --   ARGV[2] wake_prefix  "<tag>:wake:"; a waiter's wake list is wake_prefix .. token. These keys
 --                        are derived here rather than passed as KEYS (they are per waiter); they
 --                        carry the scope's hash tag, so they live in the same slot as KEYS.

@@ -1,0 +1,240 @@
+"""The ``toolpool`` command line: the orchestrator's commands, and those other packages add.
+
+The worker side (``toolpool worker``, ``up``, ``demo``, ``exec``) declares its commands under
+the ``toolpool.commands`` entry-point group; this module adds whatever is installed, so the
+orchestrator's side never imports the worker side.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import click
+
+from executor._settings import Settings
+from executor.cli._common import (
+    connection_options,
+    json_object,
+    require_redis,
+    settings_for,
+    talking_to,
+)
+from executor.cli._lock import lock as lock_group
+from executor.cli._ops import events_command, status_command
+from executor.client import Executor
+from executor.contract import FORMATS, SchemaFormat, export_tools
+from executor.wire import ToolCall, parse_call
+
+
+class _Toolpool(click.Group):
+    """The ``toolpool`` group: its own commands, and on first look-up the installed ones."""
+
+    _installed_added = False
+
+    def _add_installed(self) -> None:
+        if self._installed_added:
+            return
+        self._installed_added = True
+        for entry in entry_points(group="toolpool.commands"):
+            command = entry.load()
+            if isinstance(command, click.Command) and entry.name not in self.commands:
+                self.add_command(command, entry.name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        self._add_installed()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        self._add_installed()
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(cls=_Toolpool, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="toolpool")
+def main() -> None:
+    """toolpool: run an LLM agent's tool calls on a pool of workers."""
+
+
+@main.command("tools")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", *FORMATS]),
+    default="table",
+    show_default=True,
+    help="A readable table, or JSON schemas for a model API.",
+)
+@connection_options
+def tools_command(fmt: str, redis_url: str | None, prefix: str | None) -> None:
+    """List the tools the live workers serve, with flags and limits or as model-API schemas.
+
+    Tools are declared on the workers (`toolpool worker --tools MODULE:ATTR`); each worker
+    publishes what it serves, and this reads it from Redis.
+    """
+    settings = settings_for(redis_url, prefix)
+    require_redis(settings)
+    with talking_to(settings), _executor(settings) as executor:
+        catalog = executor.catalog()
+    if not catalog.workers:
+        raise click.ClickException(
+            f"No live worker serves queue {catalog.queue!r}: start workers with "
+            "`toolpool worker --redis URL --workspace DIR` (or `toolpool up`)."
+        )
+    if fmt != "table":
+        schema_format: SchemaFormat = fmt  # type: ignore[assignment]
+        click.echo(json.dumps(export_tools(catalog.tools(), schema_format), indent=2))
+        return
+    versions = catalog.versions
+    if len(versions) == 1:
+        agreement = f"catalog {versions[0]}"
+    else:
+        agreement = f"workers disagree: {len(versions)} catalog versions {', '.join(versions)}"
+    plural = "s" if catalog.workers != 1 else ""
+    click.echo(f"queue {catalog.queue}: {catalog.workers} live worker{plural}, {agreement}")
+    policy = settings.truncation
+    rows = [("TOOL", "MODE", "READ-ONLY", "MAX CHARS", "TIME LIMIT", "WORKERS", "DESCRIPTION")]
+    for item in catalog.tools():
+        limit = f"{item.timeout:g}s"
+        if item.timeout_argument:
+            limit += f" (its {item.timeout_argument} argument may ask more)"
+        rows.append(
+            (
+                item.name,
+                "shared" if item.is_concurrency_safe else "exclusive",
+                "yes" if item.is_read_only else "no",
+                str(policy.limit_for(item.max_result_chars)),
+                limit,
+                str(catalog.serving(item.name)),
+                item.description.splitlines()[0] if item.description else "",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+    for row in rows:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:6])]
+        click.echo("  ".join([*cells, row[6]]))
+
+
+wait_option = click.option(
+    "--wait-for-workers",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With no live worker on the queue, wait this long for one instead of failing.",
+)
+
+
+@main.command("call")
+@click.argument("name")
+@click.option("--args", "args_json", default="{}", show_default=True, help="Arguments as JSON.")
+@click.option("--id", "call_id", default=None, help="Call id (default: a new one).")
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for the result.")
+@wait_option
+@connection_options
+def call_command(
+    name: str,
+    args_json: str,
+    call_id: str | None,
+    timeout: float | None,
+    wait_for_workers: float,
+    redis_url: str | None,
+    prefix: str | None,
+) -> None:
+    """Run one tool call on the workers and print its ToolResult as JSON (exit 1 if it failed).
+
+    To run a call in this process, without Redis or workers, use ``toolpool exec``.
+    """
+    call = ToolCall(name=name, arguments=json_object(args_json),
+                    **({"id": call_id} if call_id else {}))  # fmt: skip
+    settings = settings_for(redis_url, prefix)
+    require_redis(settings)
+    with talking_to(settings), _executor(settings, wait=wait_for_workers) as executor:
+        result = executor.run([call], timeout=timeout)[0]
+    click.echo(result.model_dump_json(indent=2))
+    sys.exit(1 if result.is_error else 0)
+
+
+@main.command("run")
+@click.argument("source", type=click.File("r", encoding="utf-8"))
+@click.option("--timeout", type=float, default=None, help="Seconds to wait for the turn.")
+@click.option("--jsonl", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Append the turn's events to this JSONL log.")  # fmt: skip
+@wait_option
+@connection_options
+def run_command(
+    source: Any,
+    timeout: float | None,
+    jsonl: Path | None,
+    wait_for_workers: float,
+    redis_url: str | None,
+    prefix: str | None,
+) -> None:
+    """Run a turn: tool calls in (a JSON array or JSON lines, FILE or - for stdin), results
+    out as JSON lines, in call order.
+
+    Calls may be {"id", "name", "arguments"}, OpenAI tool calls or Anthropic tool_use blocks.
+    """
+    calls = _read_calls(source.read())
+    settings = settings_for(redis_url, prefix)
+    require_redis(settings)
+    with talking_to(settings), _executor(settings, jsonl, wait=wait_for_workers) as executor:
+        results = executor.run(calls, timeout=timeout)
+    for result in results:
+        click.echo(result.model_dump_json())
+
+
+@main.command("output")
+@click.argument("call_id")
+@connection_options
+def output_command(call_id: str, redis_url: str | None, prefix: str | None) -> None:
+    """Print the full output kept for a truncated call."""
+    settings = settings_for(redis_url, prefix)
+    require_redis(settings)
+    with talking_to(settings), _executor(settings) as executor:
+        text = executor.full_output(call_id)
+    if text is None:
+        raise click.ClickException(
+            f"No full output is kept for {call_id!r}: the call was not truncated, or its "
+            f"output expired (kept {settings.full_output_ttl} s)."
+        )
+    click.echo(text, nl=not text.endswith("\n"))
+
+
+main.add_command(status_command)
+main.add_command(events_command)
+main.add_command(lock_group)
+
+
+def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:
+    try:
+        return Executor(settings=settings, jsonl=jsonl, wait_for_workers=wait)
+    except ValueError as exc:  # a URL redis-py cannot parse
+        raise click.BadParameter(str(exc), param_hint="--redis") from None
+
+
+def _read_calls(text: str) -> list[ToolCall]:
+    stripped = text.strip()
+    if not stripped:
+        raise click.UsageError("No tool calls in the input.")
+    try:
+        if stripped.startswith("["):
+            items = json.loads(stripped)
+        else:
+            items = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"The input is not a JSON array or JSON lines: {exc}") from None
+    calls = []
+    for number, item in enumerate(items, 1):
+        try:
+            calls.append(parse_call(item))
+        except ValueError as exc:
+            raise click.UsageError(f"Call {number} is not a tool call: {exc}") from None
+    return calls
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Options and helpers shared by toolpool's commands; each option also reads an env var."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import click
+import redis
+
+from executor._errors import ToolpoolError
+from executor._settings import Settings, shown_url
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def connection_options(command: F) -> F:
+    """``--redis`` and ``--prefix``, for commands that talk to a deployment."""
+    command = click.option(
+        "--prefix",
+        envvar="TOOLPOOL_KEY_PREFIX",
+        default=None,
+        help="Key prefix of the deployment (env TOOLPOOL_KEY_PREFIX; default toolpool).",
+    )(command)
+    return click.option(
+        "--redis",
+        "redis_url",
+        envvar="TOOLPOOL_REDIS_URL",
+        default=None,
+        help="Redis URL, e.g. redis://host:6379/0, rediss://... or unix:///path/redis.sock "
+        "(env TOOLPOOL_REDIS_URL).",
+    )(command)
+
+
+def settings_for(redis_url: str | None, prefix: str | None, **changes: Any) -> Settings:
+    """Settings from the environment, with the command's options on top."""
+    settings = or_fail(Settings.from_env)
+    if redis_url:
+        changes["redis_url"] = redis_url
+    if prefix:
+        changes["key_prefix"] = prefix
+    return settings.with_changes(**{k: v for k, v in changes.items() if v is not None})
+
+
+def require_redis(settings: Settings) -> str:
+    """The Redis URL, or a usage error that says how to give one."""
+    if not settings.redis_url:
+        raise click.UsageError(
+            "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL "
+            "(`toolpool up` starts Redis and workers and prints one)."
+        )
+    return settings.redis_url
+
+
+def json_object(text: str, param_hint: str = "--args") -> dict[str, Any]:
+    """``text`` parsed as a JSON object, or a usage error that says what is wrong."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=param_hint) from None
+    if not isinstance(value, dict):
+        raise click.BadParameter("must be a JSON object, e.g. '{\"path\": \"a.txt\"}'",
+                                 param_hint=param_hint)  # fmt: skip
+    return value
+
+
+def or_fail(build: Callable[[], T]) -> T:
+    """Run ``build``; a toolpool error becomes a clean CLI error instead of a traceback."""
+    try:
+        return build()
+    except ToolpoolError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@contextlib.contextmanager
+def talking_to(settings: Settings) -> Iterator[None]:
+    """Turn a Redis failure (or a toolpool error) inside the block into a clean CLI error."""
+    try:
+        yield
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"Cannot use Redis at {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
+    except ToolpoolError as exc:
+        raise click.ClickException(str(exc)) from None

@@ -1,0 +1,187 @@
+"""``toolpool status`` and ``toolpool events``: what a deployment is doing."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import redis
+from rq import Worker
+
+from executor._settings import Settings, shown_url
+from executor.cli._common import connection_options, require_redis, settings_for
+from executor.lock import RWLock
+from executor.wire import CallJob, Event, Keys, append_jsonl, call_queue, follow_events, read_events
+
+_FAILURES = {"call_lost", "call_refused", "lock_lost"}
+
+
+@click.command("status")
+@click.option("--scope", default=None, help="Lock scope to show (default: TOOLPOOL_SCOPE).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@connection_options
+def status_command(
+    scope: str | None, as_json: bool, redis_url: str | None, prefix: str | None
+) -> None:
+    """Queue depth, workers and their current calls, lock holders and waiters, failures."""
+    settings = settings_for(redis_url, prefix, scope=scope)
+    client = _connect(settings)
+    try:
+        report = _status(client, settings)
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"Cannot read status from {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
+    finally:
+        client.close()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        _print_status(report)
+
+
+@click.command("events")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing events as they arrive.")
+@click.option("--jsonl", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also append the events to this JSONL file.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
+@click.option("--count", type=int, default=100, show_default=True,
+              help="How many recent events to show first.")  # fmt: skip
+@click.option("--turn", "turn_id", default=None, help="Only this turn's events.")
+@click.option("--call", "call_id", default=None, help="Only this call's events.")
+@connection_options
+def events_command(
+    follow: bool,
+    jsonl: Path | None,
+    as_json: bool,
+    count: int,
+    turn_id: str | None,
+    call_id: str | None,
+    redis_url: str | None,
+    prefix: str | None,
+) -> None:
+    """Show the structured events (calls, approvals and the lock's), or save them as JSONL."""
+    settings = settings_for(redis_url, prefix)
+    client = _connect(settings, blocking=follow)
+    keys = Keys(settings.key_prefix)
+
+    def wanted(item: Event) -> bool:
+        return (turn_id is None or item.turn_id == turn_id) and (
+            call_id is None or item.call_id == call_id
+        )
+
+    def show(batch: list[Event]) -> None:
+        batch = [item for item in batch if wanted(item)]
+        for item in batch:
+            click.echo(item.to_json_line() if as_json else _event_line(item))
+        if jsonl is not None and batch:
+            append_jsonl(jsonl, batch)
+
+    try:
+        recent = client.xrevrange(keys.events, count=count) if count > 0 else []
+        entries = read_events(client, keys, since=_decode(recent[-1][0])) if recent else []
+        show([item for _, item in entries])
+        if follow:
+            last = entries[-1][0] if entries else "$"
+            for _, item in follow_events(client, keys, since=last):
+                show([item])
+    except KeyboardInterrupt:
+        pass
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"Cannot read events from {shown_url(settings.redis_url or '')}: {exc}"
+        ) from None
+    finally:
+        client.close()
+
+
+def _connect(settings: Settings, *, blocking: bool = False) -> redis.Redis:
+    url = require_redis(settings)
+    try:
+        return redis.Redis.from_url(url, socket_timeout=None if blocking else 5.0)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--redis") from None
+
+
+def _status(client: redis.Redis, settings: Settings) -> dict[str, Any]:
+    keys = Keys(settings.key_prefix)
+    queue = call_queue(client, keys, settings.queue)
+    workers = []
+    for worker in Worker.all(queue=queue):
+        raw = client.get(keys.worker_current(worker.name))
+        current = CallJob.model_validate_json(raw) if raw else None
+        workers.append(
+            {
+                "name": worker.name,
+                "host": worker.hostname,
+                "pid": worker.pid,
+                "state": str(worker.get_state()),
+                "call_id": current.call.id if current else None,
+                "tool": current.call.name if current else None,
+            }
+        )
+    lock = RWLock(client, settings.scope, keys=keys)
+    lock_status = lock.status()
+    failures = [
+        item.model_dump(mode="json")
+        for _, item in read_events(client, keys, since=_recent_id(client, keys, 500))
+        if item.event in _FAILURES
+        or (item.event == "tool_result" and item.data.get("status") == "error")
+    ][-10:]
+    return {
+        "queue": {
+            "name": queue.name,
+            "queued": queue.count,
+            "waiting_on_earlier_calls": queue.deferred_job_registry.count,
+            "running": queue.started_job_registry.count,
+            "failed_jobs": queue.failed_job_registry.count,
+        },
+        "workers": workers,
+        "lock": lock_status.model_dump(mode="json"),
+        "recent_failures": failures,
+    }
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    queue = report["queue"]
+    click.echo(
+        f"Queue {queue['name']}: {queue['queued']} queued, {queue['waiting_on_earlier_calls']} "
+        f"waiting on earlier calls, {queue['running']} running, {queue['failed_jobs']} "
+        "failed jobs"
+    )
+    click.echo(f"Workers: {len(report['workers'])}")
+    for worker in report["workers"]:
+        doing = f"{worker['tool']} ({worker['call_id']})" if worker["call_id"] else "-"
+        click.echo(f"  {worker['name']}  pid {worker['pid']}  {worker['state']}  {doing}")
+    lock = report["lock"]
+    click.echo(f"Lock {lock.get('scope', '')}: {len(lock['holders'])} holder(s), "
+               f"{len(lock['queue'])} waiter(s)")  # fmt: skip
+    for holder in lock["holders"]:
+        owner = holder["owner"]
+        click.echo(f"  holds {holder['mode']:9}  fence {holder['fence']}  {owner['tool']} "
+                   f"({owner['call_id']}) on {owner['worker']}  "
+                   f"{holder['remaining_ms']} ms left")  # fmt: skip
+    for waiter in lock["queue"]:
+        click.echo(f"  waits {waiter['mode']:9}  {waiter}")
+    click.echo(f"Recent failures: {len(report['recent_failures'])}")
+    for item in report["recent_failures"]:
+        click.echo("  " + _event_line(Event.model_validate(item)))
+
+
+def _event_line(item: Event) -> str:
+    when = datetime.datetime.fromtimestamp(item.ts).strftime("%H:%M:%S.%f")[:-3]
+    extra = " ".join(f"{k}={v}" for k, v in item.data.items() if k != "arguments")
+    who = f"{item.worker}" if item.worker else ""
+    return f"{when} {item.event:22} {item.tool:14} call={item.call_id} {who} {extra}".rstrip()
+
+
+def _recent_id(client: redis.Redis, keys: Keys, count: int) -> str:
+    recent: list[tuple[Any, Any]] = client.xrevrange(keys.events, count=count)  # type: ignore[assignment]
+    return _decode(recent[-1][0]) if recent else "-"
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

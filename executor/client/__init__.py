@@ -1,0 +1,6 @@
+"""The orchestrator's client: submit a turn, collect one result per call, in order."""
+
+from executor.client._executor import Executor, Turn, TurnError
+from executor.client._messages import anthropic_tool_results, openai_tool_messages
+
+__all__ = ["Executor", "Turn", "TurnError", "anthropic_tool_results", "openai_tool_messages"]

@@ -1,0 +1,190 @@
+"""Waiting for a turn's results: liveness of its calls, its deadline, and Redis outages.
+
+``collect`` blocks on the turn's wake-up list and reads the stored results (the truth). Once a
+second it looks for calls that can no longer produce a result: a started call whose worker
+stopped renewing its liveness key, a job RQ ended without a result, a call never enqueued, a
+call deferred on parents that all have results; each gets its answer, written first-wins like
+a worker's. At the deadline every call still without a result gets ``timeout``. While Redis is
+unreachable it keeps trying until the deadline, then raises ``RedisUnavailable``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import redis
+from rq import Queue
+from rq.job import JobStatus
+
+from executor._settings import Settings
+from executor.client._outage import UNREACHABLE, Outage, unreachable
+from executor.wire import (
+    ErrorType,
+    EventLog,
+    Keys,
+    ResultStore,
+    ToolResult,
+    TurnPlan,
+    end_lost_job,
+    enqueue_ready,
+    job_status,
+)
+
+# How often a waiting client looks for calls whose worker died.
+LIVENESS_CHECK_S = 1.0
+
+
+@dataclass
+class _Watch:
+    """What the collector has seen of one pending call."""
+
+    missing_since: float | None = None
+    deferred_since: float | None = None
+
+
+@dataclass
+class Collector:
+    """Waits for turns' results on behalf of an ``Executor`` (its connections and stores)."""
+
+    _url: str
+    _client: redis.Redis
+    _blocking: redis.Redis  # for BLPOP: its socket timeout allows LIVENESS_CHECK_S more
+    _results: ResultStore
+    _queue: Queue
+    _keys: Keys
+    _settings: Settings
+    _events: EventLog
+
+    def close(self) -> None:
+        self._blocking.close()
+
+    def wait(self, plan: TurnPlan, deadline: float, limit: float) -> dict[str, ToolResult]:
+        """The results of ``plan``'s enqueued calls, by call id; every one by ``deadline``."""
+        waiting_for = plan.enqueued()
+        results: dict[str, ToolResult] = {}
+        watches = {call_id: _Watch() for call_id in waiting_for}
+        next_check = time.monotonic() + LIVENESS_CHECK_S
+        done_key = self._keys.turn_done(plan.turn_id)
+        outage = Outage()
+        while True:
+            try:
+                pending = [c for c in waiting_for if c not in results]
+                results.update(self._results.get_many(pending))
+                if len(results) == len(waiting_for):
+                    return results
+                now = time.monotonic()
+                if now >= deadline:
+                    self._time_out(plan, results, limit)
+                    return results
+                if now >= next_check:
+                    self._find_lost(plan, results, watches)
+                    enqueue_ready(self._queue)  # a dependent RQ left ready would wait 10 minutes
+                    next_check = time.monotonic() + LIVENESS_CHECK_S
+                    continue
+                # The list is only a wake-up: the stored results are the truth.
+                wait = max(0.01, min(LIVENESS_CHECK_S, deadline - now, next_check - now))
+                self._blocking.blpop([done_key], timeout=wait)
+                outage.over()
+            except UNREACHABLE as exc:
+                # Ride out a restart or a short cut: the workers carry on and store their
+                # results when Redis is back. Liveness is judged afresh after it.
+                for watch in watches.values():
+                    watch.missing_since = watch.deferred_since = None
+                if time.monotonic() >= deadline:
+                    raise unreachable(
+                        self._url, exc, f"for {outage.lasted():.1f} s while collecting turn "
+                        f"{plan.turn_id}, until the collect's timeout ({limit:g} s): its calls "
+                        f"may still run; collect({plan.turn_id!r}) again once Redis is back",
+                        plan.turn_id,
+                    ) from None  # fmt: skip
+                time.sleep(max(0.0, min(outage.pause(), deadline - time.monotonic())))
+
+    def _find_lost(
+        self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
+    ) -> None:
+        """Answer calls whose job can no longer produce a result, and unblock their turn.
+
+        A started call whose worker stopped renewing it gets ``worker_lost``; a job RQ ended
+        without a result (failed, stopped) gets it at once; and a call still waiting on
+        earlier calls that all have results has its parents' jobs ended (their worker died
+        after storing the result, before RQ recorded the job's end).
+        """
+        for index, rq_id in plan.job_ids.items():
+            call_id = plan.call_ids[index]
+            if call_id in results:
+                continue
+            status = job_status(self._client, rq_id)
+            watch = watches[call_id]
+            if status is JobStatus.DEFERRED:
+                # Parents normally end milliseconds after storing their result; only a
+                # deferral that outlasts a liveness period means a parent's worker died.
+                now = time.monotonic()
+                watch.deferred_since = watch.deferred_since or now
+                if now - watch.deferred_since >= self._settings.call_liveness_s:
+                    self._end_answered_parents(plan, index, results)
+                continue
+            ended_without_result = status in (JobStatus.FAILED, JobStatus.STOPPED)
+            if not ended_without_result:
+                alive = self._client.exists(self._keys.running(call_id))
+                if status not in (JobStatus.STARTED, JobStatus.CANCELED, None) or alive:
+                    watch.missing_since = None
+                    continue
+                now = time.monotonic()
+                watch.missing_since = watch.missing_since or now
+                # The key's expiry already proves call_liveness_s without a heartbeat; the
+                # grace only covers a job RQ has started whose worker has not set it yet (or
+                # a submit elsewhere still enqueueing).
+                if now - watch.missing_since < 2 * self._settings.call_heartbeat_s:
+                    continue
+            if status is None:
+                # No job and no run: the submit lost Redis before it enqueued this call.
+                answer = ToolResult.failure(
+                    call_id, plan.tools[index], ErrorType.CANCELLED,
+                    f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
+                    "be reached while its turn was submitted). Call it again.",
+                )  # fmt: skip
+                self._results.publish(plan.turn_id, answer)
+                stored = self._results.get(call_id)
+                if stored is not None:
+                    results[call_id] = stored
+                continue
+            lost = ToolResult.failure(
+                call_id, plan.tools[index], ErrorType.WORKER_LOST,
+                f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
+                "its connection) before it stored a result. The call may have run in part; "
+                "check its effects before calling it again.",
+            )  # fmt: skip
+            if self._results.publish(plan.turn_id, lost):
+                self._events.emit("call_lost", call_id=call_id, turn_id=plan.turn_id,
+                                  tool=plan.tools[index])  # fmt: skip
+            end_lost_job(self._client, rq_id)
+            stored = self._results.get(call_id)
+            if stored is not None:
+                results[call_id] = stored
+
+    def _end_answered_parents(
+        self, plan: TurnPlan, index: int, results: dict[str, ToolResult]
+    ) -> None:
+        position = next(i for i, batch in enumerate(plan.batches) if index in batch)
+        if position == 0:
+            return
+        parents = plan.batches[position - 1]
+        parent_ids = [plan.call_ids[i] for i in parents]
+        known = {**results, **self._results.get_many([c for c in parent_ids if c not in results])}
+        if all(call_id in known for call_id in parent_ids):
+            for parent in parents:
+                end_lost_job(self._client, plan.job_ids[parent])
+
+    def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
+        for index in plan.job_ids:
+            call_id = plan.call_ids[index]
+            if call_id in results:
+                continue
+            self._results.publish(
+                plan.turn_id,
+                ToolResult.failure(call_id, plan.tools[index], ErrorType.TIMEOUT,
+                       f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
+                       "may still run or have run; check its effects before calling again."),
+            )  # fmt: skip
+        results.update(self._results.get_many([c for c in plan.enqueued() if c not in results]))

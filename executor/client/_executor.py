@@ -1,0 +1,462 @@
+"""The orchestrator's side: submit a turn's tool calls, get one result per call, in order.
+
+A turn is checked call by call before anything is enqueued (validation and approval are
+sequential, and a rejection stops the turn); then its calls are partitioned into batches
+(consecutive concurrency-safe calls together, every other call alone) and the whole turn is
+enqueued at once, each batch depending on every job of the batch before it. So the order
+holds even if the orchestrator goes away, and any process can ``collect`` the results.
+
+Every call gets exactly one result: the first stored wins (a worker's, or one this client
+writes when the worker died, the deadline passed or the turn was cancelled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from rq.job import JobStatus
+
+from executor._errors import (
+    ConfigurationError,
+    InvalidArgumentsError,
+    RedisUnavailable,
+    ToolpoolError,
+    UnknownToolError,
+)
+from executor._settings import Settings
+from executor.client._collector import LIVENESS_CHECK_S, Collector
+from executor.client._outage import UNREACHABLE, connect, reaching, unreachable
+from executor.contract import ToolInfo, ToolRegistry
+from executor.wire import (
+    CallJob,
+    ErrorType,
+    EventLog,
+    Keys,
+    ResultStore,
+    ToolCall,
+    ToolResult,
+    TurnPlan,
+    call_queue,
+    enqueue_call,
+    job_id,
+    job_status,
+    new_turn_id,
+    parse_call,
+    partition,
+    read_events,
+)
+from executor.wire import _refusals as refusals
+from executor.wire._catalog import REFRESH_S, Catalog, NoWorkerError, read_catalog
+
+log = logging.getLogger(__name__)
+
+Approve = Callable[[ToolCall, ToolInfo], bool]
+Check = Callable[[ToolCall, ToolInfo], "str | None"]
+
+# How often a name missing from the catalog makes the client read it again.
+_CATALOG_RECHECK_S = 0.5
+# How often a client waiting for a live worker reads the catalog.
+_WORKER_POLL_S = 0.25
+
+
+class TurnError(ToolpoolError):
+    """A turn that cannot be submitted as given (e.g. two calls with one id)."""
+
+
+@dataclass
+class Turn:
+    """A submitted turn: its id and calls; pass it (or its id) to ``collect``."""
+
+    turn_id: str
+    calls: list[ToolCall]
+    plan: TurnPlan
+    stream_start: str = "-"
+
+
+@dataclass
+class _Progress:
+    """How far a submit got, for the error that says what runs when Redis went away."""
+
+    plan_stored: bool = False
+    enqueued: int = 0
+    total: int = 0
+
+
+@dataclass
+class Usage:
+    """Tool calls submitted by this executor, against an optional limit ."""
+
+    limit: int | None = None
+    used: int = 0
+
+    def take(self) -> bool:
+        """Count one call; False if the limit is reached."""
+        if self.limit is not None and self.used >= self.limit:
+            return False
+        self.used += 1
+        return True
+
+
+@dataclass
+class Executor:
+    """Runs turns of tool calls on toolpool's workers through Redis.
+
+    The tools are those the live workers on the queue publish (``tools()``); a call is
+    checked against their published schema before anything is enqueued. ``registry`` replaces
+    the published catalog with tools this process declares (the workers still have the last
+    word). With no live worker on the queue, ``submit`` raises ``NoWorkerError`` at once, or
+    after waiting up to ``wait_for_workers`` seconds for one.
+
+    ``approve(call, tool)`` is asked, in order, for every call (read-only tools skip it while
+    ``auto_approve_read_only``); False stops the turn. ``check(call, tool)`` may return a
+    reason to block a call, which also stops the turn; ``tool`` is the call's ``ToolInfo``.
+    ``max_tool_calls`` caps the calls this executor submits over its life. ``jsonl`` receives
+    each turn's events, one JSON object a line.
+    """
+
+    redis_url: str | None = None
+    settings: Settings = field(default_factory=Settings.from_env)
+    registry: ToolRegistry | None = None
+    approve: Approve | None = None
+    check: Check | None = None
+    auto_approve_read_only: bool = True
+    max_tool_calls: int | None = None
+    jsonl: Path | IO[str] | None = None
+    wait_for_workers: float = 0.0
+
+    def __post_init__(self) -> None:
+        url = self.redis_url or self.settings.redis_url
+        if not url:
+            raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
+        self.redis_url = url
+        self.keys = Keys(self.settings.key_prefix)
+        self.client = connect(url)
+        self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
+        self.queue = call_queue(self.client, self.keys, self.settings.queue)
+        self.events = EventLog(self.client, self.keys, maxlen=self.settings.events_maxlen,
+                               worker="orchestrator")  # fmt: skip
+        self._collector = Collector(
+            url, self.client, connect(url, blocking_s=LIVENESS_CHECK_S), self.results,
+            self.queue, self.keys, self.settings, self.events,
+        )  # fmt: skip
+        self.usage = Usage(self.max_tool_calls)
+        self._catalog: Catalog | None = None
+        self._catalog_read_at = 0.0
+        self._jsonl_handle: IO[str] | None = None
+        if isinstance(self.jsonl, Path):
+            self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
+        elif self.jsonl is not None:
+            self._jsonl_handle = self.jsonl
+
+    def close(self) -> None:
+        """Close the Redis connections (and the JSONL file this executor opened)."""
+        self.client.close()
+        self._collector.close()
+        if isinstance(self.jsonl, Path) and self._jsonl_handle is not None:
+            self._jsonl_handle.close()
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the whole turn ------------------------------------------------------------------
+
+    def run(
+        self, calls: Iterable[ToolCall | dict[str, Any]], *, timeout: float | None = None
+    ) -> list[ToolResult]:
+        """Submit a turn and wait for its results, in call order.
+
+        At ``timeout`` (default ``settings.turn_timeout``) the turn is cancelled and every
+        call still without a result gets a ``timeout`` result.
+        """
+        turn = self.submit(calls)
+        try:
+            return self.collect(turn, timeout=timeout)
+        finally:
+            # After an outage that outlasted the collect, Redis may still be away: the
+            # RedisUnavailable raised by collect is the answer, not this clean-up's error.
+            with contextlib.suppress(RedisUnavailable, *UNREACHABLE):
+                if self._pending(turn):
+                    self.cancel(turn)
+
+    def submit(self, calls: Iterable[ToolCall | dict[str, Any]]) -> Turn:
+        """Check, approve and enqueue a turn; return at once (``collect`` waits).
+
+        Raises ``RedisUnavailable`` if Redis cannot be reached: before the turn's plan is
+        stored nothing runs; after it, the error names the turn, whose enqueued calls run and
+        whose other calls ``collect`` answers ``cancelled`` ("never enqueued").
+        """
+        parsed = [parse_call(item) for item in calls]
+        _refuse_duplicate_ids(parsed)
+        turn_id = new_turn_id()
+        progress = _Progress()
+        try:
+            return self._submit(turn_id, parsed, progress)
+        except UNREACHABLE as exc:
+            if not progress.plan_stored:
+                raise unreachable(
+                    self.redis_url, exc, "before the turn was submitted: none of its calls runs; "
+                    "submit it again once Redis is back",
+                ) from None  # fmt: skip
+            raise unreachable(
+                self.redis_url, exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
+                f"its {progress.total} calls enqueued by then run; collect({turn_id!r}) "
+                "answers the others as never enqueued ('did not run')", turn_id,
+            ) from None  # fmt: skip
+
+    def _submit(self, turn_id: str, parsed: list[ToolCall], progress: _Progress) -> Turn:
+        stream_start = self._stream_position()
+        answered, runnable, tools = self._screen(turn_id, parsed)
+        batches = partition([parsed[i] for i in runnable],
+                            lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
+        plan = TurnPlan(
+            turn_id=turn_id,
+            call_ids=[c.id for c in parsed],
+            tools=[c.name for c in parsed],
+            # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
+            batches=[[runnable[i] for i in batch.indexes] for batch in batches],
+            job_ids={index: job_id(turn_id, index) for index in runnable},
+            answered=answered,
+        )
+        # Stored before the jobs exist, so a collector elsewhere can always read the plan.
+        self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
+                        ex=self.settings.result_ttl)  # fmt: skip
+        progress.plan_stored = True
+        progress.total = len(plan.job_ids)
+        previous: list[str] = []
+        for batch_indexes in plan.batches:
+            for index in batch_indexes:
+                job = CallJob(call=parsed[index], turn_id=turn_id, index=index)
+                enqueue_call(self.queue, job, after=previous, result_ttl=self.settings.result_ttl)
+                progress.enqueued += 1
+            previous = [plan.job_ids[index] for index in batch_indexes]
+        return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
+
+    def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
+        """Wait for every result of ``turn`` (a ``Turn`` or its id); return them in order.
+
+        A call whose worker died gets a ``worker_lost`` result within about
+        ``settings.call_liveness_s`` + 3 s (at once when its pool sees the worker die); at
+        ``timeout`` every call still without one gets a ``timeout`` result. Never waits
+        forever: while Redis is unreachable it keeps trying until ``timeout``, then raises
+        ``RedisUnavailable`` (the calls may still run; collect the turn again later).
+        """
+        limit = self.settings.turn_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        if isinstance(turn, Turn):
+            plan = turn.plan
+        else:
+            with reaching(self.redis_url, f"while loading turn {turn}", turn):
+                plan = self._load_plan(turn)
+        results = self._collector.wait(plan, deadline, limit)
+        if isinstance(turn, Turn):
+            copying = f"while copying turn {plan.turn_id}'s events"
+            with reaching(self.redis_url, copying, plan.turn_id):
+                self._log_turn_events(turn)
+        return [
+            plan.answered[index] if index in plan.answered else results[call_id]
+            for index, call_id in enumerate(plan.call_ids)
+        ]
+
+    def cancel(self, turn: Turn | str) -> None:
+        """Stop a turn: queued calls do not run, running ones are told to stop.
+
+        Calls that have not started get a ``cancelled`` result now; running calls see the
+        flag within a heartbeat and end with their own result.
+        """
+        turn_id = turn.turn_id if isinstance(turn, Turn) else turn
+        with reaching(self.redis_url, f"while cancelling turn {turn_id}", turn_id):
+            self._cancel(turn.plan if isinstance(turn, Turn) else self._load_plan(turn))
+
+    def _cancel(self, plan: TurnPlan) -> None:
+        self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
+        stored = self.results.get_many(plan.enqueued())
+        for index, rq_id in plan.job_ids.items():
+            call_id = plan.call_ids[index]
+            if call_id in stored or job_status(self.client, rq_id) is JobStatus.STARTED:
+                continue
+            self.results.publish(
+                plan.turn_id,
+                ToolResult.failure(call_id, plan.tools[index], ErrorType.CANCELLED,
+                       f"{plan.tools[index]!r} did not run: its turn was cancelled."),
+            )  # fmt: skip
+
+    def tools(self) -> list[ToolInfo]:
+        """The tools calls can name: the live workers' catalog (or ``registry``'s tools).
+
+        For a model's tool list: ``export_tools(executor.tools(), "openai")``.
+        """
+        if self.registry is not None:
+            return [ToolInfo.of(item) for item in self.registry]
+        with reaching(self.redis_url, "while reading the workers' tool catalog"):
+            return self._read_catalog().tools()
+
+    def catalog(self) -> Catalog:
+        """The live workers on this executor's queue and the tools they serve, read now."""
+        with reaching(self.redis_url, "while reading the workers' tool catalog"):
+            return self._read_catalog()
+
+    def full_output(self, call_id: str) -> str | None:
+        """The full output of a truncated call, while it is kept."""
+        with reaching(self.redis_url, f"while reading the full output of call {call_id}"):
+            return self.results.full_output(call_id)
+
+    # -- inside ----------------------------------------------------------------------------
+
+    def _screen(
+        self, turn_id: str, calls: Sequence[ToolCall]
+    ) -> tuple[dict[int, ToolResult], list[int], dict[str, ToolInfo]]:
+        """Check each call in order; return the answered ones, the runnable and their tools.
+
+        Answered calls (invalid, unknown, rejected) keep their results in the turn's plan, not
+        under their call id: a reused id must not read, or overwrite, another turn's result.
+        """
+        answered: dict[int, ToolResult] = {}
+        runnable: list[int] = []
+        tools: dict[str, ToolInfo] = {}
+        stop_reason: str | None = None
+        for index, call in enumerate(calls):
+            if stop_reason is not None:
+                answered[index] = ToolResult.failure(call.id, call.name, ErrorType.REJECTED,
+                                         f"{call.name!r} did not run: {stop_reason}")  # fmt: skip
+                continue
+            checked = self._check(call)
+            if isinstance(checked, ToolResult):
+                answered[index] = checked
+                continue
+            tool = checked
+            refusal = self._refusal(turn_id, call, tool)
+            if refusal is not None:
+                answered[index] = ToolResult.failure(
+                    call.id, call.name, ErrorType.REJECTED, refusal
+                )
+                stop_reason = f"the turn stopped at call {call.id} ({refusal})"
+                continue
+            runnable.append(index)
+            tools[call.id] = tool
+        return answered, self._claim(turn_id, calls, runnable, answered), tools
+
+    def _check(self, call: ToolCall) -> ToolInfo | ToolResult:
+        """The tool ``call`` names, or the result that answers a call that cannot run."""
+        try:
+            tool = self._lookup(call.name)
+        except UnknownToolError as exc:
+            return refusals.unknown_tool(call, exc)
+        try:
+            tool.validate_arguments(call.arguments)
+        except InvalidArgumentsError as exc:
+            return refusals.invalid_arguments(call, exc.problems)
+        return tool
+
+    def _lookup(self, name: str) -> ToolInfo:
+        if self.registry is not None:
+            return ToolInfo.of(self.registry.get(name))
+        catalog = self._current_catalog()
+        if name not in catalog and self._catalog_read_at < time.monotonic() - _CATALOG_RECHECK_S:
+            # Workers that serve it may have started since the catalog was read.
+            catalog = self._read_catalog()
+        return catalog.get(name)
+
+    def _current_catalog(self) -> Catalog:
+        """The catalog read at most ``REFRESH_S`` ago; waits for a worker if none is live."""
+        if self._catalog is None or time.monotonic() - self._catalog_read_at > REFRESH_S:
+            self._read_catalog()
+        assert self._catalog is not None
+        if self._catalog.workers or self.registry is not None:
+            return self._catalog
+        deadline = time.monotonic() + self.wait_for_workers
+        while time.monotonic() < deadline:
+            time.sleep(_WORKER_POLL_S)
+            if self._read_catalog().workers:
+                return self._catalog
+        raise NoWorkerError(self.queue.name, self.wait_for_workers)
+
+    def _read_catalog(self) -> Catalog:
+        self._catalog = read_catalog(self.client, self.keys, self.queue.name)
+        self._catalog_read_at = time.monotonic()
+        return self._catalog
+
+    def _claim(
+        self,
+        turn_id: str,
+        calls: Sequence[ToolCall],
+        runnable: list[int],
+        answered: dict[int, ToolResult],
+    ) -> list[int]:
+        """Claim the runnable calls' ids for this turn (one round trip); return those claimed."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for index in runnable:
+                pipe.set(self.keys.call_claim(calls[index].id), turn_id, nx=True,
+                         ex=self.settings.result_ttl)  # fmt: skip
+            claimed = pipe.execute()
+        kept = []
+        for index, ok in zip(runnable, claimed, strict=True):
+            if ok:
+                kept.append(index)
+                continue
+            call = calls[index]
+            answered[index] = ToolResult.failure(
+                call.id, call.name, ErrorType.REJECTED,
+                f"Call id {call.id!r} was already used by another turn; each call needs a "
+                "unique id.",
+            )  # fmt: skip
+        return kept
+
+    def _refusal(self, turn_id: str, call: ToolCall, tool: ToolInfo) -> str | None:
+        if self.check is not None:
+            reason = self.check(call, tool)
+            if reason:
+                return f"Tool blocked: {reason}"
+        if self.approve is not None and not (self.auto_approve_read_only and tool.is_read_only):
+            approved = self.approve(call, tool)
+            self._emit("approval", call, turn_id, approved=approved)
+            if not approved:
+                return "The user rejected this call."
+        if not self.usage.take():
+            return f"The tool call limit ({self.usage.limit}) of this run is reached."
+        return None
+
+    def _pending(self, turn: Turn) -> bool:
+        enqueued = turn.plan.enqueued()
+        return len(self.results.get_many(enqueued)) < len(enqueued)
+
+    def _load_plan(self, turn_id: str) -> TurnPlan:
+        raw = self.client.get(self.keys.turn(turn_id))
+        if raw is None:
+            raise TurnError(f"No turn {turn_id!r} is known (never submitted, or expired).")
+        return TurnPlan.model_validate_json(raw)
+
+    def _stream_position(self) -> str:
+        last: list[tuple[Any, Any]] = self.client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
+        if not last:
+            return "-"
+        entry_id = last[0][0]
+        return "(" + (entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id))
+
+    def _emit(self, event: str, call: ToolCall, turn_id: str, **data: Any) -> None:
+        self.events.emit(event, call_id=call.id, turn_id=turn_id, tool=call.name, **data)
+
+    def _log_turn_events(self, turn: Turn) -> None:
+        """Copy this turn's events, in the order Redis received them, to the JSONL log."""
+        if self._jsonl_handle is None:
+            return
+        for _, item in read_events(self.client, self.keys, since=turn.stream_start):
+            if item.turn_id == turn.turn_id:
+                self._jsonl_handle.write(item.to_json_line() + "\n")
+        self._jsonl_handle.flush()
+
+
+def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:
+    seen: set[str] = set()
+    for call in calls:
+        if call.id in seen:
+            raise TurnError(f"Call id {call.id!r} appears twice in one turn; ids must be unique.")
+        seen.add(call.id)

@@ -1,0 +1,82 @@
+"""What an unreachable Redis means on the orchestrator's side, and riding an outage out.
+
+Every Redis command of the orchestrator fails after ``REDIS_TIMEOUT_S`` rather than never (a
+paused or cut-off Redis), after one quick reconnect (a restarted Redis closed the pooled
+connection). Waiting out a longer outage is ``collect``'s job, against its own deadline; what
+cannot wait raises ``RedisUnavailable`` saying what was being done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from executor._errors import RedisUnavailable
+from executor._settings import shown_url
+
+log = logging.getLogger(__name__)
+
+REDIS_TIMEOUT_S = 10.0
+# What an unreachable Redis raises; AuthenticationError is a ConnectionError that waiting
+# does not cure, so it is let through as it is.
+UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
+# Between attempts while an outage is ridden out: short first (a restart takes ~1 s).
+_FIRST_PAUSE_S = 0.1
+_MAX_PAUSE_S = 2.0
+
+
+def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:
+    """A client whose commands fail within ``REDIS_TIMEOUT_S`` (plus ``blocking_s`` for BLPOP)."""
+    return redis.Redis.from_url(
+        url, socket_timeout=REDIS_TIMEOUT_S + blocking_s,
+        socket_connect_timeout=REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1),
+    )  # fmt: skip
+
+
+def unreachable(
+    url: str | None, exc: BaseException, doing: str, turn_id: str | None = None
+) -> RedisUnavailable:
+    """The error for ``exc``, met while ``doing`` ("while cancelling turn T")."""
+    return RedisUnavailable(
+        f"Redis at {shown_url(url or '')} could not be reached {doing}. "
+        f"({type(exc).__name__}: {exc})",
+        turn_id,
+    )  # fmt: skip
+
+
+@contextlib.contextmanager
+def reaching(url: str | None, doing: str, turn_id: str | None = None) -> Iterator[None]:
+    """Turn an unreachable Redis inside the block into ``RedisUnavailable``."""
+    try:
+        yield
+    except UNREACHABLE as exc:
+        raise unreachable(url, exc, doing, turn_id) from None
+
+
+@dataclass
+class Outage:
+    """How long Redis has been away, and how long to pause before the next attempt."""
+
+    since: float | None = None
+    attempts: int = 0
+
+    def pause(self) -> float:
+        self.since = self.since or time.monotonic()
+        self.attempts += 1
+        return float(min(_MAX_PAUSE_S, _FIRST_PAUSE_S * 2 ** (self.attempts - 1)))
+
+    def lasted(self) -> float:
+        return 0.0 if self.since is None else time.monotonic() - self.since
+
+    def over(self) -> None:
+        if self.since is not None:
+            log.info("toolpool: Redis is back after %.1f s", self.lasted())
+        self.since = None
+        self.attempts = 0

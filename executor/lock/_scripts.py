@@ -1,0 +1,225 @@
+"""The lock's Lua scripts for one scope: loaded once, called with the scope's keys, replies typed.
+
+Each script lives in ``lua/<name>.lua``; the shared helpers in ``lua/_prelude.lua`` are put in
+front of every body once, when a ``LockScripts`` is built. Every reply code maps to a member of
+an ``IntEnum`` below, and a code that maps to none raises ``LockProtocolError`` (a newer script
+or a damaged one must not be taken for a known outcome).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal, TypeVar
+
+import redis
+
+from executor.lock._errors import LockProtocolError
+from executor.lock._models import (
+    HolderStatus,
+    LockCounters,
+    LockStatus,
+    Mode,
+    OwnerInfo,
+    Policy,
+    WaiterStatus,
+)
+from executor.wire import LockKeys
+
+SCRIPT_NAMES = ("acquire", "release", "cancel", "renew", "check_fence", "status")
+# How long release.lua remembers that a token's loss was counted: longer than a holder keeps
+# retrying its report (executor.lock._keeper, 10 minutes).
+LOST_MARK_MS = 30 * 60 * 1000
+ReleaseReason = Literal["release", "force", "lost"]
+
+
+class AcquireOutcome(enum.IntEnum):
+    """What acquire.lua did."""
+
+    MODE_CONFLICT = -1
+    QUEUED = 0
+    GRANTED = 1
+    ALREADY_HELD = 2
+    WOULD_WAIT = 3
+
+
+class ReleaseOutcome(enum.IntEnum):
+    """What release.lua did."""
+
+    NOT_HELD = 0
+    RELEASED = 1
+    WAITER_REMOVED = 2
+
+
+class CancelOutcome(enum.IntEnum):
+    """What cancel.lua did."""
+
+    ABSENT = 0
+    LEFT_QUEUE = 1
+    DROPPED_GRANT = 2
+
+
+class RenewOutcome(enum.IntEnum):
+    """What renew.lua did."""
+
+    LOST = 0
+    RENEWED = 1
+
+
+class FenceOutcome(enum.IntEnum):
+    """What check_fence.lua found."""
+
+    INVALID = 0
+    VALID = 1
+
+
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def decode_outcome(kind: type[_E], script: str, code: Any) -> _E:
+    """Map a script's reply code to a member of ``kind``; a code it does not know raises."""
+    try:
+        return kind(int(code))
+    except (TypeError, ValueError):
+        raise LockProtocolError(
+            f"Lock script {script!r} returned {code!r}, which this version of toolpool does "
+            "not know; check that every client runs the same toolpool version."
+        ) from None
+
+
+@dataclass(frozen=True)
+class AcquireReply:
+    """acquire.lua's answer: ``value`` is the fence (granted) or the queue position (queued)."""
+
+    outcome: AcquireOutcome
+    value: int
+    server_time_ms: int
+
+    @property
+    def granted(self) -> bool:
+        return self.outcome in (AcquireOutcome.GRANTED, AcquireOutcome.ALREADY_HELD)
+
+
+@functools.cache
+def script_source(name: str) -> str:
+    """The full text registered for a script: the prelude, then the script's body."""
+    if name not in SCRIPT_NAMES:
+        raise ValueError(f"Unknown lock script {name!r}; known: {', '.join(SCRIPT_NAMES)}")
+    folder = resources.files("executor.lock").joinpath("lua")
+    prelude = folder.joinpath("_prelude.lua").read_text(encoding="utf-8")
+    body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    return prelude + "\n" + body
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LockScripts:
+    """One scope's scripts, registered once on one client; one method per script."""
+
+    def __init__(
+        self, client: redis.Redis, keys: LockKeys, *, policy: Policy, wake_ttl_ms: int
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.policy = policy
+        self._keys = keys.script_keys()
+        self._common: list[str | int] = [policy, keys.wake_prefix, wake_ttl_ms]
+        # redis-py's Script hashes the text once and falls back from EVALSHA to EVAL when the
+        # server's script cache is empty (after a restart), so registering here is enough.
+        self._scripts = {name: client.register_script(script_source(name)) for name in SCRIPT_NAMES}
+
+    def _call(self, name: str, *args: str | int) -> Any:
+        return self._scripts[name](keys=self._keys, args=[*self._common, *args])
+
+    def acquire(
+        self,
+        token: str,
+        mode: Mode,
+        *,
+        lease_ms: int,
+        waiter_ttl_ms: int,
+        may_enqueue: bool,
+        owner_json: str,
+    ) -> AcquireReply:
+        """Take the lock, or queue (or re-check a queued token); see acquire.lua."""
+        reply = self._call(
+            "acquire",
+            token,
+            mode,
+            lease_ms,
+            waiter_ttl_ms,
+            "1" if may_enqueue else "0",
+            owner_json,
+        )
+        return AcquireReply(
+            outcome=decode_outcome(AcquireOutcome, "acquire", reply[0]),
+            value=int(reply[1]),
+            server_time_ms=int(reply[2]),
+        )
+
+    def release(self, token: str, reason: ReleaseReason = "release") -> ReleaseOutcome:
+        """End a hold ("release", "force" or "lost"); see release.lua."""
+        reply = self._call("release", token, reason, self.keys.lost_prefix, LOST_MARK_MS)
+        return decode_outcome(ReleaseOutcome, "release", reply)
+
+    def cancel(self, token: str) -> CancelOutcome:
+        """Leave the queue (or drop a grant whose reply was lost); see cancel.lua."""
+        return decode_outcome(CancelOutcome, "cancel", self._call("cancel", token))
+
+    def renew(self, token: str, lease_ms: int) -> RenewOutcome:
+        """Extend a live lease; never revives one; see renew.lua."""
+        reply = self._call("renew", token, lease_ms)
+        return decode_outcome(RenewOutcome, "renew", reply[0])
+
+    def check_fence(self, token: str, fence: int) -> bool:
+        """Whether ``token`` holds the lock exclusively with ``fence``; see check_fence.lua."""
+        code = decode_outcome(FenceOutcome, "check_fence", self._call("check_fence", token, fence))
+        return code is FenceOutcome.VALID
+
+    def status(self) -> LockStatus:
+        """A consistent snapshot of the scope; see status.lua."""
+        now_raw, fence_raw, holders_raw, waiters_raw, stats_raw = self._call("status")
+        now = int(now_raw)
+        holders = []
+        for i in range(0, len(holders_raw), 3):
+            info = json.loads(_text(holders_raw[i + 2]))
+            mode: Mode = info.get("mode", "exclusive")
+            holders.append(
+                HolderStatus(
+                    token=_text(holders_raw[i]),
+                    mode=mode,
+                    fence=int(info["fence"]) if mode == "exclusive" else None,
+                    owner=OwnerInfo.model_validate(info.get("owner", {})),
+                    acquired_at_ms=int(info.get("acquired_at_ms", 0)),
+                    remaining_ms=int(float(_text(holders_raw[i + 1]))) - now,
+                )
+            )
+        queue = []
+        for position, i in enumerate(range(0, len(waiters_raw), 3), start=1):
+            info = json.loads(_text(waiters_raw[i + 2]))
+            queue.append(
+                WaiterStatus(
+                    token=_text(waiters_raw[i]),
+                    mode=info.get("mode", "exclusive"),
+                    position=position,
+                    age_ms=now - int(info.get("enqueued_at_ms", now)),
+                    owner=OwnerInfo.model_validate(info.get("owner", {})),
+                    deadline_in_ms=int(float(_text(waiters_raw[i + 1]))) - now,
+                )
+            )
+        stats = {_text(stats_raw[i]): int(stats_raw[i + 1]) for i in range(0, len(stats_raw), 2)}
+        known = {k: v for k, v in stats.items() if k in LockCounters.model_fields}
+        return LockStatus(
+            scope=self.keys.scope,
+            policy=self.policy,
+            server_time_ms=now,
+            last_fence=int(_text(fence_raw)),
+            holders=tuple(holders),
+            queue=tuple(queue),
+            counters=LockCounters(**known),
+        )

@@ -1,0 +1,77 @@
+"""What crosses Redis: the call and result models, key names, jobs, turn plans, results, events.
+
+Only JSON crosses Redis. Every key name is built in ``_keys``; every job names the one entry
+point ``ENTRY_POINT``.
+"""
+
+from executor.wire._catalog import (
+    Catalog,
+    NotServedOnQueue,
+    NoWorkerError,
+    WorkerCatalog,
+    publish_catalog,
+    read_catalog,
+    read_entries,
+    withdraw_catalog,
+)
+from executor.wire._events import Event, EventLog, append_jsonl, follow_events, read_events
+from executor.wire._jobs import (
+    ENTRY_POINT,
+    call_queue,
+    dequeued_not_started,
+    end_lost_job,
+    enqueue_call,
+    enqueue_ready,
+    job_status,
+    release_dependents,
+    requeue_dequeued,
+    started_by,
+)
+from executor.wire._keys import DEFAULT_SCOPE, Keys, LockKeys
+from executor.wire._models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
+from executor.wire._refusals import invalid_arguments_text, unknown_tool_text
+from executor.wire._results import ResultStore
+from executor.wire._turns import Batch, CallJob, TurnPlan, job_id, new_turn_id, partition
+
+__all__ = [
+    "DEFAULT_SCOPE",
+    "ENTRY_POINT",
+    "Batch",
+    "CallJob",
+    "Catalog",
+    "ErrorType",
+    "Event",
+    "EventLog",
+    "Keys",
+    "LockKeys",
+    "NoWorkerError",
+    "NotServedOnQueue",
+    "ResultStore",
+    "ToolCall",
+    "ToolResult",
+    "ToolStatus",
+    "TurnPlan",
+    "WorkerCatalog",
+    "append_jsonl",
+    "call_queue",
+    "dequeued_not_started",
+    "end_lost_job",
+    "enqueue_call",
+    "enqueue_ready",
+    "follow_events",
+    "invalid_arguments_text",
+    "job_id",
+    "job_status",
+    "new_turn_id",
+    "parse_call",
+    "partition",
+    "publish_catalog",
+    "read_catalog",
+    "read_entries",
+    "read_events",
+    "release_dependents",
+    "requeue_dequeued",
+    "started_by",
+    "unknown_tool_text",
+    "withdraw_catalog",
+]

@@ -1,0 +1,186 @@
+"""The tool catalog: each worker publishes the tools it serves; clients read what is live.
+
+A worker process writes its entry (queue, tools with their schemas and flags, a version) under
+a key that expires unless the worker refreshes it, so a killed worker drops out by itself.
+Clients read the entries of the workers still alive on their queue: a custom tool is declared
+once, on the workers, and the client needs no tool code to check and plan a call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import redis
+from pydantic import BaseModel, ConfigDict
+
+from executor._errors import ToolpoolError, UnknownToolError
+from executor.contract._info import ToolInfo
+from executor.wire._keys import Keys
+
+# A worker refreshes its entry this often; the entry outlives three missed refreshes.
+REFRESH_S = 5.0
+ENTRY_TTL_S = 3 * REFRESH_S
+
+
+def catalog_version(tools: Sequence[ToolInfo]) -> str:
+    """A short digest of the tools' descriptions: workers that agree publish the same one."""
+    text = json.dumps([t.model_dump(mode="json") for t in tools], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class WorkerCatalog(BaseModel):
+    """One worker process's entry: where it takes calls from and which tools it serves."""
+
+    model_config = ConfigDict(frozen=True)
+
+    worker: str
+    queue: str
+    host: str
+    pid: int
+    read_only: bool = False
+    tools: list[ToolInfo]
+    withheld: dict[str, str] = {}
+    version: str
+    published_at: float
+
+    @classmethod
+    def build(
+        cls,
+        worker: str,
+        queue: str,
+        tools: Iterable[ToolInfo],
+        *,
+        host: str,
+        pid: int,
+        read_only: bool = False,
+        withheld: dict[str, str] | None = None,
+    ) -> WorkerCatalog:
+        """An entry for ``tools``, stamped now, with their version; ``withheld`` maps each
+        tool the worker was started not to serve to the reason."""
+        listed = list(tools)
+        return cls(worker=worker, queue=queue, host=host, pid=pid, read_only=read_only,
+                   tools=listed, withheld=dict(withheld or {}),
+                   version=catalog_version(listed), published_at=time.time())  # fmt: skip
+
+
+class NoWorkerError(ToolpoolError):
+    """No live worker serves the queue: nothing would run a call put on it."""
+
+    def __init__(self, queue: str, waited: float = 0.0) -> None:
+        self.queue = queue
+        within = f" within {waited:g} s" if waited else ""
+        super().__init__(
+            f"No live worker serves queue {queue!r}{within}, so no call was submitted. Start "
+            "workers with `toolpool worker --redis URL --workspace DIR` (or `toolpool up`), "
+            "or wait for them (Executor(wait_for_workers=SECONDS), `--wait-for-workers`)."
+        )
+
+
+class NotServedOnQueue(UnknownToolError):
+    """A tool that the live workers on the queue do not serve (``reason``: why, if known)."""
+
+    def __init__(
+        self, name: str, available: Iterable[str], queue: str, reason: str | None = None
+    ) -> None:
+        super().__init__(name, available)
+        self.queue = queue
+        self.reason = reason
+        if reason is None:
+            self.args = (f"{self.args[0]} (No live worker on queue {queue!r} serves {name!r}.)",)
+        else:
+            listed = ", ".join(self.available) if self.available else "(none)"
+            self.args = (
+                f"{name} is not served on queue {queue!r}: {reason}. Tools served there: {listed}.",
+            )
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The tools served on one queue, merged from its live workers' entries."""
+
+    queue: str
+    entries: tuple[WorkerCatalog, ...]
+
+    @property
+    def workers(self) -> int:
+        """How many live worker processes serve the queue."""
+        return len(self.entries)
+
+    @property
+    def versions(self) -> list[str]:
+        """The distinct catalog versions on the queue (more than one: workers disagree)."""
+        return sorted({entry.version for entry in self.entries})
+
+    def tools(self) -> list[ToolInfo]:
+        """Every tool served on the queue; where workers disagree, the newest entry's."""
+        by_name: dict[str, ToolInfo] = {}
+        for entry in sorted(self.entries, key=lambda e: e.published_at):
+            for info in entry.tools:
+                by_name[info.name] = info
+        return sorted(by_name.values(), key=lambda info: info.name)
+
+    def serving(self, name: str) -> int:
+        """How many live workers serve ``name``."""
+        return sum(1 for entry in self.entries if any(t.name == name for t in entry.tools))
+
+    def get(self, name: str) -> ToolInfo:
+        """The tool called ``name``; ``NoWorkerError`` if no worker is live on the queue,
+        ``NotServedOnQueue`` (an ``UnknownToolError`` listing the tools) if none serves it."""
+        tools = {info.name: info for info in self.tools()}
+        if name in tools:
+            return tools[name]
+        if not self.entries:
+            raise NoWorkerError(self.queue)
+        reasons = sorted({e.withheld[name] for e in self.entries if name in e.withheld})
+        raise NotServedOnQueue(name, tools, self.queue, "; ".join(reasons) or None)
+
+    def __iter__(self) -> Iterator[ToolInfo]:
+        return iter(self.tools())
+
+    def __contains__(self, name: object) -> bool:
+        return any(info.name == name for info in self.tools())
+
+
+def publish_catalog(client: redis.Redis, keys: Keys, entry: WorkerCatalog) -> None:
+    """Write (or refresh) one worker's entry; it expires unless refreshed within the TTL."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.set(keys.catalog(entry.worker), entry.model_dump_json(), ex=int(ENTRY_TTL_S))
+        pipe.sadd(keys.catalog_index, entry.worker)
+        pipe.execute()
+
+
+def withdraw_catalog(client: redis.Redis, keys: Keys, worker: str) -> None:
+    """Remove one worker's entry (it stops serving)."""
+    with client.pipeline(transaction=False) as pipe:
+        pipe.delete(keys.catalog(worker))
+        pipe.srem(keys.catalog_index, worker)
+        pipe.execute()
+
+
+def read_entries(client: redis.Redis, keys: Keys) -> list[WorkerCatalog]:
+    """Every live worker's entry, on every queue; names whose entry expired are dropped."""
+    names = sorted(n.decode() if isinstance(n, bytes) else str(n)
+                   for n in client.smembers(keys.catalog_index))  # fmt: skip
+    if not names:
+        return []
+    raw = client.mget([keys.catalog(name) for name in names])
+    entries: list[WorkerCatalog] = []
+    expired: list[str] = []
+    for name, value in zip(names, raw, strict=True):
+        if value is None:
+            expired.append(name)
+        else:
+            entries.append(WorkerCatalog.model_validate_json(value))
+    if expired:
+        client.srem(keys.catalog_index, *expired)
+    return entries
+
+
+def read_catalog(client: redis.Redis, keys: Keys, queue: str) -> Catalog:
+    """The tools served on ``queue`` (an RQ queue name, ``Keys.queue_name``) by live workers."""
+    entries = [entry for entry in read_entries(client, keys) if entry.queue == queue]
+    return Catalog(queue=queue, entries=tuple(entries))

@@ -1,0 +1,71 @@
+"""Where results and full outputs live in Redis, and how a waiter learns they arrived."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import redis
+
+from executor._errors import ToolpoolError
+from executor.wire._keys import Keys
+from executor.wire._models import ToolResult
+
+_STORED, _ALREADY_STORED = 1, 0
+
+
+def load_lua(name: str) -> str:
+    """The text of ``executor/lua/<name>.lua``, shipped inside the package."""
+    return resources.files("executor.wire").joinpath(f"lua/{name}.lua").read_text("utf-8")
+
+
+class ResultStore:
+    """One result per call: the first stored wins, later ones are dropped and reported."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, *, ttl: int = 24 * 3600) -> None:
+        self.client = client
+        self.keys = keys
+        self.ttl = ttl
+        self._publish = client.register_script(load_lua("publish_result"))
+
+    def publish(self, turn_id: str, result: ToolResult) -> bool:
+        """Store ``result`` unless the call has one; True if this one was stored."""
+        code = self._publish(
+            keys=[self.keys.result(result.call_id), self.keys.turn_done(turn_id)],
+            args=[result.model_dump_json(), result.call_id, self.ttl],
+        )
+        if code == _STORED:
+            return True
+        if code == _ALREADY_STORED:
+            return False
+        raise ToolpoolError(f"publish_result.lua answered an unknown code {code!r}")
+
+    def get(self, call_id: str) -> ToolResult | None:
+        """The stored result of a call, if any."""
+        raw = self.client.get(self.keys.result(call_id))
+        return None if raw is None else ToolResult.model_validate_json(raw)
+
+    def get_many(self, call_ids: list[str]) -> dict[str, ToolResult]:
+        """The stored results among ``call_ids``."""
+        if not call_ids:
+            return {}
+        raws = self.client.mget([self.keys.result(c) for c in call_ids])
+        return {
+            call_id: ToolResult.model_validate_json(raw)
+            for call_id, raw in zip(call_ids, raws, strict=True)
+            if raw is not None
+        }
+
+    def keep_full_output(self, call_id: str, text: str, *, ttl: int, max_bytes: int) -> str:
+        """Store a truncated call's full output; return the note for the truncation marker."""
+        data = text.encode("utf-8")
+        note = f"full output: toolpool output {call_id}"
+        if len(data) > max_bytes:
+            data = data[:max_bytes]
+            note += f" (its first {max_bytes} bytes)"
+        self.client.set(self.keys.full_output(call_id), data, ex=ttl)
+        return note
+
+    def full_output(self, call_id: str) -> str | None:
+        """The full output kept for a truncated call, while it has not expired."""
+        raw: bytes | None = self.client.get(self.keys.full_output(call_id))  # type: ignore[assignment]
+        return None if raw is None else raw.decode("utf-8", errors="replace")

@@ -1,0 +1,1 @@
+"""toolpool's tests. A package, so that test support is imported as ``tests.support``."""

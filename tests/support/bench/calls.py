@@ -1,0 +1,324 @@
+"""Measure toolpool's calls against raw RQ, side by side on one private Redis (issue 4).
+
+Usage: ``python scripts/bench_calls.py [--calls 2000] [--workers 1,4] [--repeat 3]
+[--samples 200] [--batch-workers 4,8] [--profile] [--quick]``. Prints, in one run:
+
+- throughput: trivial calls per second through toolpool (``Executor.submit`` of turns of
+  ``noop`` calls, then ``collect``) against raw RQ (``Queue.enqueue`` of a function returning a
+  dict, then each job's ``latest_result``), both drained by the same number of SimpleWorker
+  processes with the JSON serializer; the time spent enqueueing; Redis commands per call;
+- round trip of one call (submit, wait for the result) against raw RQ's, one idle worker each;
+- a batch of 8 concurrency-safe 200 ms calls on 4 (and 8) workers against the ideal;
+- where toolpool's time per call goes on the worker, and a cProfile of a burst worker when
+  toolpool drains fewer than a third of raw RQ's calls per second (or with ``--profile``).
+
+Workers are started with multiprocessing's "spawn" method and stopped by their PIDs; the
+Redis is our own (``workers._embedded_redis.RedisServer``). Every wait has a deadline, and
+Ctrl-C or SIGTERM stops everything started here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import redis
+import rq
+
+from executor import Settings
+from tests.support.bench.overhead import (
+    format_parts,
+    measure_parts,
+    profile_worker,
+    redis_command_counts,
+)
+from tests.support.bench.sides import Bench, BenchError, Burst
+from workers._embedded_redis import RedisServer
+
+_PROFILE_BELOW = 1 / 3
+
+
+def _pct(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
+
+
+def _load() -> str:
+    if not hasattr(os, "getloadavg"):
+        return "unknown"
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+# -- the measurements ------------------------------------------------------------------------
+
+
+def measure_throughput(bench: Bench, workers: int) -> tuple[float, float]:
+    """Interleaved runs of both sides; prints the medians and returns (toolpool, raw) calls/s."""
+    calls, repeat = bench.args.calls, bench.args.repeat
+    warm = min(calls, 20 * workers + 40)
+    bench.toolpool_burst(warm)
+    bench.raw_burst(warm)
+    tool_runs: list[Burst] = []
+    raw_runs: list[Burst] = []
+    for index in range(repeat):
+        # Alternate which side goes first, so neither always runs on a warmer machine.
+        sides = [(bench.toolpool_burst, tool_runs), (bench.raw_burst, raw_runs)]
+        for run, into in sides if index % 2 == 0 else sides[::-1]:
+            into.append(run(calls))
+    tool, raw = (statistics.median(b.rate for b in runs) for runs in (tool_runs, raw_runs))
+    for label, runs, rate in (("toolpool", tool_runs, tool), ("raw RQ  ", raw_runs, raw)):
+        enqueue_us = statistics.median(b.enqueue_s / b.calls for b in runs) * 1e6
+        failed = sum(b.failed for b in runs)
+        bench.out(
+            f"  {workers} worker(s)  {label} {rate:8.0f} calls/s   "
+            f"(runs: {', '.join(f'{b.rate:.0f}' for b in runs)}; enqueue "
+            f"{enqueue_us:.0f} us/call; failed {failed})"
+        )
+    bench.out(f"  {workers} worker(s)  toolpool / raw RQ = {tool / raw:.2f}")
+    bench.summary.append(
+        f"throughput, {workers} worker(s) a side: toolpool {tool:.0f} calls/s, "
+        f"raw RQ {raw:.0f} calls/s, ratio {tool / raw:.2f}"
+    )
+    return tool, raw
+
+
+def measure_commands(bench: Bench, calls: int) -> None:
+    """Redis commands and Redis CPU per call on each side: throughput runs, and round trips.
+
+    Counted by the server, so clients and workers are both in; the commands that Lua scripts
+    run are counted too.
+    """
+    runs: list[tuple[str, Callable[[], object], int]] = [
+        ("toolpool, burst", lambda: bench.toolpool_burst(calls), calls),
+        ("raw RQ, burst", lambda: bench.raw_burst(calls), calls),
+        ("toolpool, 1 call", lambda: [bench.toolpool_round_trip(False) for _ in range(50)], 50),
+        ("raw RQ, 1 call", lambda: [bench.raw_round_trip(False) for _ in range(50)], 50),
+    ]
+    for label, run, count in runs:
+        cpu_before = _redis_cpu_s(bench.client)
+        bench.client.config_resetstat()
+        run()
+        cpu = (_redis_cpu_s(bench.client) - cpu_before) / count * 1e6
+        counts = redis_command_counts(bench.client)
+        for bookkeeping in ("config|resetstat", "info"):
+            counts.pop(bookkeeping, None)
+        total = sum(c for c, _ in counts.values()) / count
+        top = sorted(counts.items(), key=lambda kv: -kv[1][0])[:8]
+        detail = ", ".join(f"{name} {c / count:.1f}" for name, (c, _) in top)
+        bench.out(f"  {label:<17}{total:6.1f} commands, Redis CPU {cpu:4.0f} us ({detail})")
+
+
+def _redis_cpu_s(client: redis.Redis) -> float:
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def measure_round_trips(bench: Bench, idle: bool) -> None:
+    """Round trips of single calls, one idle worker (or back to back), p50 and p95."""
+    samples, repeat = bench.args.samples, bench.args.repeat
+    sides: dict[str, Callable[[bool], tuple[float, float, bool]]] = {
+        "toolpool": bench.toolpool_round_trip,
+        "raw RQ": bench.raw_round_trip,
+    }
+    figures: dict[str, list[tuple[float, float, float]]] = {name: [] for name in sides}
+    failed = dict.fromkeys(sides, 0)
+    for run in sides.values():
+        for _ in range(20):
+            run(idle)
+    for _ in range(repeat):
+        for name, run in sides.items():
+            measured = [run(idle) for _ in range(samples)]
+            failed[name] += sum(not ok for _, _, ok in measured)
+            totals = [total for _, total, _ in measured]
+            submits = [submit for submit, _, _ in measured]
+            figures[name].append((_pct(totals, 0.5), _pct(totals, 0.95), _pct(submits, 0.5)))
+    p50s = {}
+    for name, runs in figures.items():
+        p50, p95, submit = (statistics.median(r[i] for r in runs) for i in range(3))
+        p50s[name] = p50
+        bench.out(
+            f"  {name:<8} p50 {_ms(p50):>9}  p95 {_ms(p95):>9}  (enqueue p50 "
+            f"{_ms(submit)}; {samples} x {repeat}; failed {failed[name]})"
+        )
+    ratio = p50s["toolpool"] / p50s["raw RQ"]
+    bench.out(f"  toolpool / raw RQ (p50) = {ratio:.2f}")
+    how = "one idle worker" if idle else "back to back"
+    bench.summary.append(
+        f"round trip p50, {how}: toolpool {_ms(p50s['toolpool'])}, "
+        f"raw RQ {_ms(p50s['raw RQ'])}, ratio {ratio:.2f}"
+    )
+
+
+def measure_batch(bench: Bench, workers: int) -> None:
+    count, nap_ms = 8, bench.args.nap_ms
+    bench.batch(count, nap_ms)  # warm-up
+    runs = [bench.batch(count, nap_ms) for _ in range(max(3, bench.args.repeat))]
+    wall = statistics.median(w for w, _ in runs)
+    ideal = -(-count // workers) * nap_ms / 1000
+    bench.out(
+        f"  {count} x {nap_ms} ms on {workers} workers: {_ms(wall)} (ideal {_ms(ideal)}, "
+        f"ratio {wall / ideal:.2f}; runs {', '.join(_ms(w) for w, _ in runs)}; "
+        f"failed {sum(f for _, f in runs)})"
+    )
+    bench.summary.append(
+        f"batch of {count} x {nap_ms} ms on {workers} workers: {_ms(wall)}, "
+        f"ideal {_ms(ideal)}, ratio {wall / ideal:.2f}"
+    )
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+def _parse_counts(text: str) -> list[int]:
+    counts = sorted({int(part) for part in text.split(",") if part.strip()})
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give worker counts like 1,4")
+    return counts
+
+
+def _options(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000, help="calls per throughput run")
+    parser.add_argument(
+        "--workers",
+        type=_parse_counts,
+        default=[1, 4],
+        help="worker counts for throughput, e.g. 1,4",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs per figure (median)")
+    parser.add_argument("--samples", type=int, default=200, help="round trips per run")
+    parser.add_argument("--turn-size", type=int, default=10, help="calls per toolpool turn")
+    parser.add_argument(
+        "--batch-workers",
+        type=_parse_counts,
+        default=[4, 8],
+        help="worker counts for the batch of 8 naps",
+    )
+    parser.add_argument("--nap-ms", type=int, default=200, help="length of each batch call")
+    parser.add_argument("--profile", action="store_true", help="always profile a worker")
+    parser.add_argument("--quick", action="store_true", help="a fast version (< 30 s)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.calls, args.workers, args.repeat = min(args.calls, 300), [1], 1
+        args.samples, args.batch_workers = min(args.samples, 50), [4]
+    return args
+
+
+def _header(bench: Bench) -> None:
+    info: dict[str, Any] = bench.client.info("server")
+    cores = os.cpu_count()
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cores
+    args = bench.args
+    bench.out(
+        f"Python {sys.version.split()[0]}, rq {rq.__version__}, redis-py "
+        f"{redis.__version__}, redis-server {info.get('redis_version')} (unix socket)"
+    )
+    bench.out(
+        f"cores: {cores} ({usable} usable); throughput workers {args.workers}, "
+        f"{args.calls} calls a run in turns of {args.turn_size}, {args.repeat} run(s), "
+        f"medians; SimpleWorker + JSONSerializer on both sides"
+    )
+    bench.out(f"load average at start: {_load()} (other programs may share these cores)")
+
+
+def run(args: argparse.Namespace) -> None:
+    workspace = Path(tempfile.mkdtemp(prefix="toolpool-bench-"))
+    with RedisServer() as server:
+        settings = Settings(redis_url=server.url, workspace=workspace)
+        bench = Bench(server=server, settings=settings, args=args)
+        try:
+            _run_all(bench)
+        finally:
+            for pool in list(bench.pools):
+                pool.stop()
+            bench.executor.close()
+            bench.client.close()
+
+
+def _run_all(bench: Bench) -> None:
+    args = bench.args
+    _header(bench)
+    counts = sorted({*args.workers, 1, *args.batch_workers})
+    rates: dict[int, tuple[float, float]] = {}
+    for count in counts:
+        raw = count in args.workers or count == 1
+        with bench.workers(count, raw=raw):
+            if count in args.workers:
+                bench.out(f"\nThroughput, {count} worker process(es) a side")
+                rates[count] = measure_throughput(bench, count)
+            if count == 1:
+                bench.out("\nRedis commands and Redis CPU per call, 1 worker a side")
+                measure_commands(bench, min(args.calls, 300))
+                bench.out("\nRound trip of one call, one idle worker a side")
+                measure_round_trips(bench, idle=True)
+                bench.out("\nRound trips back to back (next call as soon as a result is in)")
+                measure_round_trips(bench, idle=False)
+            if count in args.batch_workers:
+                bench.out(f"\nBatch of 8 concurrency-safe calls, {count} workers")
+                measure_batch(bench, count)
+    raw_job_us = 1e6 / rates[1][1] if 1 in rates else None
+    bench.out("\nWhere a toolpool call's time goes on the worker (timed in this process)")
+    parts = measure_parts(
+        bench.url, bench.settings, 100 if args.quick else 300, bench.tag(), bench.client
+    )
+    for line in format_parts(parts, raw_job_us):
+        bench.out(line)
+    bench.summary.append(
+        f"toolpool's worker path outside RQ: {parts['whole'] / 1000:.1f} ms a call "
+        f"({parts['commands']:.0f} Redis commands, 4 events, 2 lock scripts, 1 tool thread)"
+    )
+    worst = min((tool / raw for tool, raw in rates.values()), default=1.0)
+    if args.profile or worst < _PROFILE_BELOW:
+        bench.out(f"\ncProfile of a burst worker (toolpool / raw RQ at worst {worst:.2f})")
+        bench.out(profile_worker(bench.url, bench.settings, 300, bench.tag()))
+    bench.out(f"\nload average at end: {_load()}")
+    bench.out("\nSummary")
+    for line in bench.summary:
+        bench.out(f"  {line}")
+
+
+_INTERRUPTED = threading.Event()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """First Ctrl-C or SIGTERM: stop measuring; later ones are ignored so clean-up finishes."""
+    _INTERRUPTED.set()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _options(argv)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    try:
+        run(args)
+    except (KeyboardInterrupt, redis.RedisError) as exc:
+        # Ctrl-C reaches our redis-server too (same process group), so the first sign of it
+        # may be a closed connection rather than KeyboardInterrupt.
+        if not _INTERRUPTED.is_set():
+            print(f"\nbenchmark failed: Redis error: {exc}", file=sys.stderr)
+            return 1
+        print("\ninterrupted: workers and Redis stopped", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"\n(total {time.monotonic() - started:.1f} s)")
+    return 0

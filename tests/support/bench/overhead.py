@@ -1,0 +1,213 @@
+"""Where toolpool's time per call goes on a worker, timed in this process (no RQ around it).
+
+Used by ``scripts/bench_calls.py``, against the benchmark's private Redis, after its worker
+processes have stopped. ``WorkerRuntime.execute`` runs noop calls with timers wrapped around
+the public parts it uses (the event log, the result store, the lock and each lease), so the
+split is measured in the path itself; the rest of the path (argument validation, the tool's
+thread, the opening pipeline and the closing DEL) is what is left. Two things
+are also timed alone for scale: ``run_call`` without the lock, and a thread's start + join.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import pstats
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from executor import Settings
+from executor.client import Executor
+from executor.lock import Lease
+from executor.wire import CallJob, ToolCall
+from tests.support.bench.workers import bench_registry
+from workers.pipeline._runner import CallEnvironment, run_call
+from workers.pipeline._runtime import WorkerRuntime
+from workers.pool._process import run_worker
+
+# Events one call emits on a worker: lock_acquired, tool_execution_started, lock_released,
+# tool_result.
+EVENTS_PER_CALL = 4
+
+
+class _Stopwatch:
+    """Adds up the wall time spent inside wrapped methods, by label."""
+
+    def __init__(self) -> None:
+        self.spent: defaultdict[str, float] = defaultdict(float)
+        self.enabled = False
+
+    def wrap(self, owner: object, method: str, label: str) -> None:
+        """Replace ``owner.method`` (on this instance only) by a timed version."""
+        inner: Callable[..., Any] = getattr(owner, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return inner(*args, **kwargs)
+            finally:
+                if self.enabled:
+                    self.spent[label] += time.perf_counter() - started
+
+        setattr(owner, method, timed)
+
+
+def _nothing() -> None:
+    """A thread's target that does nothing, to time a thread's start and join."""
+
+
+def _alone_us(action: Callable[[int], object], count: int) -> float:
+    """Median over three rounds of ``action``'s microseconds per call."""
+    rounds = []
+    for round_index in range(3):
+        started = time.perf_counter()
+        for i in range(count):
+            action(round_index * count + i)
+        rounds.append((time.perf_counter() - started) / count * 1e6)
+    return statistics.median(rounds)
+
+
+def measure_parts(
+    url: str, settings: Settings, count: int, tag: str, stats: redis.Redis
+) -> dict[str, float]:
+    """Microseconds per call of the worker path and its parts, and its Redis commands.
+
+    ``stats`` is a client whose CONFIG RESETSTAT / INFO count the path's commands; nothing
+    else may use the Redis meanwhile.
+    """
+    registry = bench_registry()
+    runtime = WorkerRuntime(url, settings, registry, worker_name=f"bench-inproc-{tag}")
+    watch = _Stopwatch()
+    watch.wrap(runtime.events, "flush", "events")
+    watch.wrap(runtime.results, "publish", "result")
+    acquire = runtime.lock.acquire
+
+    def timed_acquire(*args: Any, **kwargs: Any) -> Lease:
+        started = time.perf_counter()
+        lease = acquire(*args, **kwargs)
+        if watch.enabled:
+            watch.spent["lock acquire"] += time.perf_counter() - started
+        watch.wrap(lease, "release", "lock release")
+        return lease
+
+    runtime.lock.acquire = timed_acquire  # type: ignore[method-assign]
+
+    def whole(i: int) -> None:
+        call = ToolCall(id=f"{tag}-whole-{i}", name="noop")
+        runtime.execute(CallJob(call=call, turn_id=f"{tag}-turn", index=0).model_dump(mode="json"))
+
+    env = CallEnvironment(workspace=runtime.workspace, settings=settings)
+
+    def runner(i: int) -> None:
+        run_call(ToolCall(id=f"{tag}-run-{i}", name="noop"), registry, env)
+
+    def thread(_: int) -> None:
+        started = threading.Thread(target=_nothing)
+        started.start()
+        started.join()
+
+    try:
+        for i in range(20):  # first-use costs (script loading, the keeper thread) stay out
+            whole(-1 - i)
+        stats.config_resetstat()
+        watch.enabled = True
+        started = time.perf_counter()
+        for i in range(count):
+            whole(i)
+        elapsed = time.perf_counter() - started
+        watch.enabled = False
+        commands = redis_command_counts(stats)
+        parts = {label: spent / count * 1e6 for label, spent in watch.spent.items()}
+        parts["whole"] = elapsed / count * 1e6
+        parts["commands"] = (
+            sum(calls for name, (calls, _) in commands.items() if name not in _BOOKKEEPING) / count
+        )
+        parts["runner"] = _alone_us(runner, count)
+        parts["thread"] = _alone_us(thread, count)
+        parts["ping"] = _alone_us(lambda _: runtime.client.ping(), count)
+        return parts
+    finally:
+        runtime.close()
+
+
+_BOOKKEEPING = ("config|resetstat", "info")
+
+
+def format_parts(parts: dict[str, float], rq_job_us: float | None) -> list[str]:
+    """The parts as table lines; the rest of the path is what the timers did not cover."""
+    named = ("events", "lock acquire", "lock release", "result")
+    rest = parts["whole"] - sum(parts.get(name, 0.0) for name in named)
+    rows = [
+        (f"WorkerRuntime.execute, whole ({parts['commands']:.0f} Redis commands*)", parts["whole"]),
+        (f"  events: {EVENTS_PER_CALL} x XADD in 2 pipelines", parts.get("events", 0.0)),
+        ("  lock acquire (Lua; wakes the lease keeper thread)", parts.get("lock acquire", 0.0)),
+        ("  lock release (Lua)", parts.get("lock release", 0.0)),
+        ("  result: publish (Lua)", parts.get("result", 0.0)),
+        ("  the rest: opening pipeline, validation, tool thread, DEL", rest),
+        ("alone: run_call without lock (validate, thread)", parts["runner"]),
+        ("alone: one thread start + join", parts["thread"]),
+        ("alone: one Redis PING round trip", parts["ping"]),
+    ]
+    if rq_job_us is not None:
+        rows.append(("raw RQ's whole cost per job (1 worker, measured)", rq_job_us))
+    lines = [f"  {label:<56}{value:8.0f} us" for label, value in rows]
+    lines.append("  * as Redis counts them: the commands inside Lua scripts included")
+    return lines
+
+
+def profile_worker(url: str, settings: Settings, calls: int, tag: str, top: int = 18) -> str:
+    """cProfile of an in-process burst worker draining ``calls`` noop calls; the top lines.
+
+    The calls go to a queue of their own, so the benchmark's idle workers do not take them.
+    """
+    profiled = settings.with_changes(queue=f"profile{tag}")
+    registry = bench_registry()
+    executor = Executor(settings=profiled, registry=registry)
+    try:
+        turns = [
+            executor.submit(
+                [{"id": f"{tag}-prof-{i}-{j}", "name": "noop", "arguments": {}} for j in range(10)]
+            )
+            for i in range(max(1, calls // 10))
+        ]
+        profiler = cProfile.Profile()
+        started = time.perf_counter()
+        profiler.enable()
+        run_worker(url, profiled, registry, name=f"bench-profile-{tag}", burst=True)
+        profiler.disable()
+        elapsed = time.perf_counter() - started
+        done = sum(len(executor.collect(turn, timeout=10)) for turn in turns)
+    finally:
+        executor.close()
+    out = io.StringIO()
+    out.write(
+        f"  {done} calls in {elapsed:.2f} s under cProfile "
+        f"({elapsed / max(done, 1) * 1e3:.2f} ms a call, profiler included)\n"
+    )
+    for key in ("tottime", "cumulative"):
+        out.write(f"  -- top {top} by {key} --\n")
+        stats = pstats.Stats(profiler, stream=out).strip_dirs()
+        stats.sort_stats(key).print_stats(top)
+    return _compact(out.getvalue())
+
+
+def _compact(text: str) -> str:
+    # pstats pads its report with a banner and blank lines; keep the table lines.
+    keep = [line for line in text.splitlines() if line.strip() and "Ordered by" not in line]
+    return "\n".join(keep)
+
+
+def redis_command_counts(client: redis.Redis) -> dict[str, tuple[int, int]]:
+    """Calls and server microseconds per Redis command since the last CONFIG RESETSTAT."""
+    info: dict[str, Any] = client.info("commandstats")
+    counts: dict[str, tuple[int, int]] = {}
+    for key, value in info.items():
+        name = key.removeprefix("cmdstat_")
+        counts[name] = (int(value["calls"]), int(value["usec"]))
+    return counts

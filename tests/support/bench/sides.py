@@ -1,0 +1,243 @@
+"""The two sides ``scripts/bench_calls.py`` measures: toolpool's Executor and raw RQ.
+
+``Bench`` holds the private Redis, the Executor, the raw RQ queue and the worker processes
+(started with multiprocessing's "spawn" method, stopped by their PIDs), and runs one
+measurement of either side at a time; every wait in it has a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+import redis
+from rq import Queue, Worker
+from rq.results import Result
+from rq.serializers import JSONSerializer
+
+from executor import Settings
+from executor.client import Executor
+from executor.wire import ToolStatus
+from tests.support.bench.workers import (
+    TRIVIAL,
+    bench_registry,
+    run_raw_worker,
+    run_toolpool_worker,
+)
+from workers._embedded_redis import RedisServer
+
+_SPAWN = multiprocessing.get_context("spawn")
+_RAW_QUEUE = "bench-raw"
+_START_PATIENCE_S = 90.0
+_STOP_GRACE_S = 10.0
+_WAIT_SLICE_S = 1  # latest_result blocks in whole seconds; redis-py's socket allows 5 s
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot go on (a worker died, a deadline passed)."""
+
+
+@dataclass
+class Pool:
+    """Worker processes started here; ``stop`` ends them by their PIDs."""
+
+    processes: list[BaseProcess] = field(default_factory=list)
+
+    def start(self, target: Callable[..., None], *args: Any) -> None:
+        process = _SPAWN.Process(target=target, args=args, daemon=True)
+        process.start()
+        self.processes.append(process)
+
+    def stop(self) -> None:
+        # SIGTERM is RQ's warm shutdown: an idle worker leaves at once and deregisters.
+        for process in self.processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_GRACE_S
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.join(5.0)
+        self.processes.clear()
+
+
+@dataclass
+class Burst:
+    """One throughput run: how long enqueueing and the whole run took, and failures."""
+
+    calls: int
+    enqueue_s: float
+    total_s: float
+    failed: int
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.total_s
+
+
+@dataclass
+class Bench:
+    """The shared Redis, the Executor and the raw RQ queue every measurement uses."""
+
+    server: RedisServer
+    settings: Settings
+    args: argparse.Namespace
+    pools: list[Pool] = field(default_factory=list)
+    serial: int = 0
+    summary: list[str] = field(default_factory=list)
+    names: dict[str, set[str]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.url = self.server.url
+        # Long enough for a 1 s XREAD plus slack; every wait below has its own deadline.
+        self.client = redis.Redis.from_url(self.url, socket_timeout=10)
+        self.executor = Executor(settings=self.settings, registry=bench_registry())
+        self.raw_queue = Queue(_RAW_QUEUE, connection=self.client, serializer=JSONSerializer)
+        self.tool_queue = self.executor.queue
+
+    def tag(self) -> str:
+        """A fresh prefix for call ids (a call id may be used once)."""
+        self.serial += 1
+        return f"b{self.serial}"
+
+    def out(self, line: str = "") -> None:
+        """Print a line of the report now."""
+        print(line, flush=True)
+
+    @contextmanager
+    def workers(self, count: int, *, raw: bool) -> Iterator[None]:
+        """``count`` toolpool worker processes (and as many raw RQ ones), registered."""
+        pool = Pool()
+        self.pools.append(pool)
+        names: dict[str, set[str]] = {"tool": set(), "raw": set()}
+        try:
+            for index in range(count):
+                name = f"bench-tp-{self.serial}-{index}"
+                pool.start(run_toolpool_worker, self.url, self.settings, name)
+                names["tool"].add(name)
+                if raw:
+                    name = f"bench-raw-{self.serial}-{index}"
+                    pool.start(run_raw_worker, self.url, _RAW_QUEUE, name)
+                    names["raw"].add(name)
+            self.serial += 1
+            self._wait_registered(pool, names)
+            self.names = names
+            yield
+        finally:
+            self.names = {}
+            pool.stop()
+            self.pools.remove(pool)
+
+    def _wait_registered(self, pool: Pool, names: dict[str, set[str]]) -> None:
+        deadline = time.monotonic() + _START_PATIENCE_S
+        while True:
+            seen = {w.name for w in Worker.all(connection=self.client, queue=self.tool_queue)}
+            seen |= {w.name for w in Worker.all(connection=self.client, queue=self.raw_queue)}
+            if names["tool"] | names["raw"] <= seen:
+                return
+            for process in pool.processes:
+                if not process.is_alive():
+                    raise BenchError(
+                        f"worker process {process.pid} exited with code "
+                        f"{process.exitcode} before it registered"
+                    )
+            if time.monotonic() > deadline:
+                raise BenchError(f"workers not registered within {_START_PATIENCE_S:g} s")
+            time.sleep(0.05)
+
+    def wait_idle(self, side: str) -> None:
+        """Wait until every worker of ``side`` has finished RQ's bookkeeping of its last job."""
+        keys = [Worker.redis_worker_namespace_prefix + name for name in self.names[side]]
+        deadline = time.monotonic() + 10.0
+        while any(self.client.hget(key, "state") != b"idle" for key in keys):
+            if time.monotonic() > deadline:
+                raise BenchError(f"the {side} workers did not go idle within 10 s")
+            time.sleep(0.0005)
+
+    # -- the two sides of each measurement ---------------------------------------------------
+
+    def toolpool_burst(self, calls: int) -> Burst:
+        tag, size = self.tag(), self.args.turn_size
+        deadline = time.monotonic() + _patience(calls)
+        started = time.perf_counter()
+        turns = [
+            self.executor.submit(
+                [
+                    {"id": f"{tag}-{i}", "name": "noop", "arguments": {}}
+                    for i in range(first, min(calls, first + size))
+                ]
+            )
+            for first in range(0, calls, size)
+        ]
+        enqueued = time.perf_counter()
+        failed = 0
+        for turn in turns:
+            results = self.executor.collect(turn, timeout=max(0.1, deadline - time.monotonic()))
+            failed += sum(r.status is not ToolStatus.OK for r in results)
+        return Burst(calls, enqueued - started, time.perf_counter() - started, failed)
+
+    def raw_burst(self, calls: int) -> Burst:
+        deadline = time.monotonic() + _patience(calls)
+        started = time.perf_counter()
+        jobs = [self.raw_queue.enqueue(TRIVIAL) for _ in range(calls)]
+        enqueued = time.perf_counter()
+        failed = sum(not _raw_result(job, deadline) for job in jobs)
+        return Burst(calls, enqueued - started, time.perf_counter() - started, failed)
+
+    def toolpool_round_trip(self, idle: bool) -> tuple[float, float, bool]:
+        """Seconds to submit one call, seconds until its result, and whether it was ok.
+
+        ``idle``: start only once the worker is idle; otherwise right after the last result.
+        """
+        call = {"id": f"{self.tag()}-rt", "name": "noop", "arguments": {}}
+        if idle:
+            self.wait_idle("tool")
+        started = time.perf_counter()
+        turn = self.executor.submit([call])
+        submitted = time.perf_counter()
+        (result,) = self.executor.collect(turn, timeout=10)
+        return submitted - started, time.perf_counter() - started, result.status is ToolStatus.OK
+
+    def raw_round_trip(self, idle: bool) -> tuple[float, float, bool]:
+        if idle:
+            self.wait_idle("raw")
+        started = time.perf_counter()
+        job = self.raw_queue.enqueue(TRIVIAL)
+        submitted = time.perf_counter()
+        ok = _raw_result(job, time.monotonic() + 10)
+        return submitted - started, time.perf_counter() - started, ok
+
+    def batch(self, count: int, nap_ms: int) -> tuple[float, int]:
+        """Wall seconds of one turn of ``count`` concurrency-safe naps, and failures."""
+        tag = self.tag()
+        calls = [
+            {"id": f"{tag}-{i}", "name": "nap", "arguments": {"ms": nap_ms}} for i in range(count)
+        ]
+        started = time.perf_counter()
+        results = self.executor.run(calls, timeout=30)
+        wall = time.perf_counter() - started
+        return wall, sum(r.status is not ToolStatus.OK for r in results)
+
+
+def _patience(calls: int) -> float:
+    return 30.0 + calls / 20
+
+
+def _raw_result(job: Any, deadline: float) -> bool:
+    """Wait (until ``deadline``) for a raw RQ job's result; True if it is the expected one."""
+    while time.monotonic() < deadline:
+        result = job.latest_result(timeout=_WAIT_SLICE_S)
+        if result is not None:
+            return bool(
+                result.type == Result.Type.SUCCESSFUL and result.return_value == {"ok": True}
+            )
+    return False

@@ -1,0 +1,230 @@
+"""The fault run: worker pools and orchestrators under load while faults are injected.
+
+    .venv/bin/python scripts/fault_run.py [--calls N] [--workers N] [--orchestrators N]
+        [--seconds S] [--lease-ms MS] [--max-faults N] [--seed N]
+
+A private redis-server (append-only, fsync always, a free port, never 6379), three pools run
+as ``python -m workers.cli worker`` (one direct, two through loopback TCP proxies that the
+run can cut), and orchestrator threads submitting random turns of the nine tools; writes aim
+at a few shared files with self-checking payloads. Faults, one of each first, then at random:
+SIGKILL of a worker, SIGKILL of an exclusive holder, SIGSTOP of a holder beyond its lease,
+a proxied worker cut off from Redis beyond its lease, and one Redis restart (SIGKILL, same
+port and AOF dir). Then the checks of ``checks`` run and a table is printed; the exit code
+is 1 if any check found a violation that is not a known, reported fault.
+
+The parts, beside this module (the configuration, the run and ``main``): ``procs`` (the Redis
+server, the worker pools, the scan for leftovers), ``load`` (the orchestrators and their
+calls), ``inject`` (the faults), ``observe`` (the file observer), ``checks`` (the checks and the
+table) and ``proxy`` (the proxy a fault cuts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from executor import Settings
+from executor.lock import RWLock
+from executor.wire import Keys, ToolResult, call_queue, read_events
+from tests.support.fault.checks import (
+    EDIT_LOG,
+    EDIT_LOG_START,
+    CallRecord,
+    EndState,
+    Sighting,
+    check_end,
+    check_files,
+    check_holds,
+    check_results,
+    known_fault,
+    payload,
+    recovery_times,
+    report,
+)  # fmt: skip
+from tests.support.fault.inject import Injector
+from tests.support.fault.load import RAN_LOG, SHARED, Load
+from tests.support.fault.observe import Observer
+from tests.support.fault.procs import Pools, aof_redis, proc_scan
+
+
+@dataclass
+class Config:
+    calls: int = 300
+    workers: int = 6
+    orchestrators: int = 2
+    seconds: float = 600.0
+    lease_ms: int = 1500
+    max_faults: int | None = None
+    fault_gap: float = 1.0
+    seed: int = 0
+    turn_timeout: float = 120.0
+
+
+@dataclass
+class Outcome:
+    violations: list[str]
+    text: str
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unexpected(self) -> list[str]:
+        """Violations that belong to no known, reported fault."""
+        return [v for v in self.violations if known_fault(v) is None]
+
+
+class Harness:
+    """Runs one fault run; ``run()`` returns the outcome."""
+
+    def __init__(self, config: Config) -> None:
+        self.cfg = config
+        self.rng = random.Random(config.seed)
+        self.mark = uuid.uuid4().hex
+        self.tmp = Path(tempfile.mkdtemp(prefix="toolpool-fault-"))
+        self.ws = self.tmp / "ws"
+        self.ws.mkdir()
+        self.redis = aof_redis()
+        self.keys = Keys()
+        self.settings = Settings(
+            workspace=self.ws, lock_lease_ms=config.lease_ms, call_liveness_s=2.0,
+            call_heartbeat_s=0.5, events_maxlen=1_000_000, turn_timeout=120.0,
+        )  # fmt: skip
+        self._load_done = threading.Event()
+        self.pools = Pools(self.redis, self.ws, self.tmp / "pools.log", self.mark)
+        self.load = Load(
+            self.settings, self.keys, self._load_done,
+            calls=config.calls, seed=config.seed, turn_timeout=config.turn_timeout,
+        )  # fmt: skip
+        self.injector = Injector(
+            self.redis, self.pools, self._load_done, self.rng, lease_ms=config.lease_ms,
+            gap=config.fault_gap, max_faults=config.max_faults,
+        )  # fmt: skip
+        self.sightings: list[Sighting] = []
+        self.observer = Observer(self.ws, SHARED, self.sightings)
+        self.records = self.load.records
+        self.faults = self.injector.faults
+
+    def run(self) -> Outcome:
+        started = time.monotonic()
+        self.redis.start()
+        try:
+            for name in SHARED:
+                (self.ws / name).write_text(payload("init", 1))
+            (self.ws / EDIT_LOG).write_text(EDIT_LOG_START)
+            self.pools.start(self.cfg.workers, self.cfg.lease_ms)
+            threads = [threading.Thread(target=self.load.orchestrate,
+                                        args=(i, self.redis.tcp_url), daemon=True)
+                       for i in range(self.cfg.orchestrators)]  # fmt: skip
+            helpers = [threading.Thread(target=self.observer.run, args=(self._load_done,),
+                                        daemon=True),
+                       threading.Thread(target=self.injector.loop, daemon=True)]  # fmt: skip
+            load_start = time.monotonic()
+            for thread in [*threads, *helpers]:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=max(0.0, self.cfg.seconds - (time.monotonic() - load_start)))
+            self._load_done.set()
+            for thread in [*threads, *helpers]:
+                thread.join(timeout=60.0)
+            load_s = time.monotonic() - load_start
+            return self._finish(load_s, started)
+        finally:
+            self.pools.stop()
+            self.redis.stop()
+
+    def _finish(self, load_s: float, started: float) -> Outcome:
+        client = redis.Redis.from_url(self.redis.tcp_url)
+        state = self._settle(client)
+        events = [e for _, e in read_events(client, self.keys)]
+        records = {k: r for k, r in self.records.items() if r.submitted_at}
+        ids = list(records)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            for call_id, raw in zip(chunk, client.mget([self.keys.result(c) for c in chunk]),
+                                    strict=True):  # fmt: skip
+                if raw is not None:
+                    stored = ToolResult.model_validate_json(raw)
+                    records[call_id].stored = (stored.status.value, stored.error_type.value
+                                               if stored.error_type else None)  # fmt: skip
+        client.close()
+        state.processes_left = self.pools.stop()
+        finals = {n: (self.ws / n).read_text() for n in [*SHARED, EDIT_LOG]}
+        ran = self.ws / RAN_LOG
+        bash_ran = ran.read_text().split() if ran.exists() else []
+        checks = [
+            *check_holds(events, records, self.faults, self.sightings),
+            check_results(records, events, finals[EDIT_LOG], bash_ran),
+            check_files(finals, self.sightings, records),
+            check_end(state),
+        ]
+        figures = {
+            "calls": len(records), "turns": self.load.counts["turns"],
+            "workers / orchestrators": f"{self.cfg.workers} / {self.cfg.orchestrators}",
+            "lease": f"{self.cfg.lease_ms} ms", "load time": f"{load_s:.1f} s",
+            "calls/s": f"{len(records) / max(load_s, 1e-9):.1f}", "events": len(events),
+            "submit errors (Redis down)": self.load.counts["submit_errors"],
+            "collect retries (Redis down)": self.load.counts["collect_errors"],
+            "total time": f"{time.monotonic() - started:.1f} s",
+        }  # fmt: skip
+        text = report(checks, self.faults, recovery_times(events, self.faults), figures)
+        self._dump(events, records)
+        text += f"\nrecords, faults and events: {self.tmp / 'run.json'}"
+        return Outcome([v for c in checks for v in c.violations], text, figures)
+
+    def _dump(self, events: list[Any], records: dict[str, CallRecord]) -> None:
+        data = {
+            "faults": [vars(f) for f in self.faults],
+            "records": [vars(r) for r in records.values()],
+            "events": [e.model_dump() for e in events],
+            "sightings": [vars(s) for s in self.sightings],
+        }
+        (self.tmp / "run.json").write_text(json.dumps(data, default=str))
+
+    def _settle(self, client: redis.Redis) -> EndState:
+        lock = RWLock.from_url(self.redis.tcp_url, lease_ms=self.cfg.lease_ms)
+        queue = call_queue(client, self.keys, "default")
+        deadline = time.monotonic() + 20.0
+        while True:
+            status = lock.status()
+            state = EndState(
+                lock_holders=len(status.holders), lock_waiters=len(status.queue),
+                queued_jobs=queue.count, started_jobs=queue.started_job_registry.count
+                + queue.deferred_job_registry.count,
+                bash_left=[p for p, _, comm in proc_scan(self.mark) if comm in ("bash", "sleep")],
+            )  # fmt: skip
+            state.stuck_jobs = [*queue.started_job_registry.get_job_ids(),
+                                *queue.deferred_job_registry.get_job_ids()]  # fmt: skip
+            busy = state.lock_holders or state.lock_waiters or state.queued_jobs
+            if not (busy or state.started_jobs or state.bash_left) or time.monotonic() > deadline:
+                lock.close()
+                return state
+            time.sleep(0.1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``scripts/fault_run.py``: run once with the options in ``argv``; 1 on a new violation."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--orchestrators", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=1200.0, help="load time limit")
+    parser.add_argument("--lease-ms", type=int, default=1500)
+    parser.add_argument("--max-faults", type=int, default=None)
+    parser.add_argument("--fault-gap", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--turn-timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    config = Config(args.calls, args.workers, args.orchestrators, args.seconds, args.lease_ms,
+                    args.max_faults, args.fault_gap, args.seed, args.turn_timeout)  # fmt: skip
+    outcome = Harness(config).run()
+    print(outcome.text, flush=True)
+    return 1 if outcome.unexpected else 0

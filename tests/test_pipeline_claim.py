@@ -1,0 +1,180 @@
+"""Claim: one round trip to start; a second delivery waits; the claim is let go at the end."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.connection import AbstractConnection
+
+from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
+from executor.contract import Workspace
+from executor.wire import CallJob, Event, EventLog, Keys, ResultStore, read_events
+from workers.pipeline._chain import CallState
+from workers.pipeline._claim import Claim, skip_cancelled
+from workers.pipeline._store import Store
+
+KEYS = Keys()
+CALL = ToolCall(id="c1", name="t")
+JOB = CallJob(call=CALL, turn_id="t1", index=0)
+
+
+class _Events(EventLog):
+    """The stream's log, which also tells the test when a second delivery starts waiting."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client, KEYS, worker="w1")
+        self.duplicate = threading.Event()
+
+    def emit(self, event: str, **fields: Any) -> Event:
+        item = super().emit(event, **fields)
+        if event == "call_duplicate":
+            self.duplicate.set()
+        return item
+
+
+@pytest.fixture
+def events(client: redis.Redis) -> _Events:
+    return _Events(client)
+
+
+def _claim(client: redis.Redis, events: EventLog, settings: Settings | None = None) -> Claim:
+    store = Store(ResultStore(client, KEYS), events)
+    return Claim(client, KEYS, settings or Settings(), events, store, worker_name="w1")
+
+
+def _state(tmp_path: Path) -> CallState:
+    return CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
+                     settings=Settings(), job=JOB)  # fmt: skip
+
+
+def _result(text: str) -> ToolResult:
+    return ToolResult(call_id=CALL.id, name=CALL.name, status=ToolStatus.OK, content=text)
+
+
+def _never(state: CallState) -> ToolResult:
+    raise AssertionError("this delivery must not run the call")
+
+
+def test_the_first_delivery_claims_the_call_runs_it_and_lets_go(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    inside: list[tuple[Any, Any]] = []
+
+    def proceed(state: CallState) -> ToolResult:
+        inside.append((client.get(KEYS.running("c1")), client.get(KEYS.worker_current("w1"))))
+        return _result("ran")
+
+    assert _claim(client, events)(_state(tmp_path), proceed).content == "ran"
+    [(running, current)] = inside
+    assert running == b"w1"
+    assert CallJob.model_validate_json(current) == JOB
+    assert not client.exists(KEYS.running("c1"), KEYS.worker_current("w1"))
+
+
+def test_the_start_is_one_round_trip(
+    tmp_path: Path, client: redis.Redis, events: _Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[int] = []
+    original: Any = AbstractConnection.send_packed_command
+
+    def counted(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        sent.append(1)
+        original(self, command, check_health)
+
+    claim = _claim(client, events)
+    client.ping()  # connected beforehand, as a worker is
+    counts: list[int] = []
+
+    def proceed(state: CallState) -> ToolResult:
+        counts.append(len(sent))
+        return _result("ran")
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    claim(_state(tmp_path), proceed)
+    monkeypatch.undo()
+    assert counts == [1]
+
+
+def test_a_cancelled_turn_sets_the_runs_cancel_flag(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    client.set(KEYS.turn_cancel("t1"), "1")
+    flags: list[bool] = []
+
+    def proceed(state: CallState) -> ToolResult:
+        flags.append(state.cancelled.is_set())
+        return _result("ran")
+
+    _claim(client, events)(_state(tmp_path), proceed)
+    assert flags == [True]
+
+
+def test_a_job_delivered_again_after_its_answer_gets_the_stored_result(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    ResultStore(client, KEYS).publish("t1", _result("first"))
+    assert _claim(client, events)(_state(tmp_path), _never).content == "first"
+    assert not client.exists(KEYS.running("c1"), KEYS.worker_current("w1"))
+
+
+def _second_delivery(claim: Claim, tmp_path: Path) -> tuple[threading.Thread, list[ToolResult]]:
+    answers: list[ToolResult] = []
+    waiter = threading.Thread(target=lambda: answers.append(claim(_state(tmp_path), _never)))
+    waiter.start()
+    return waiter, answers
+
+
+def test_a_second_delivery_waits_for_the_first_runs_result(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    client.set(KEYS.running("c1"), "w0")  # the first delivery runs on w0
+    waiter, answers = _second_delivery(_claim(client, events), tmp_path)
+    assert events.duplicate.wait(30), "the second delivery did not say it waits"
+    assert not client.exists(KEYS.worker_current("w1"))
+    ResultStore(client, KEYS).publish("t1", _result("from w0"))
+    waiter.join(30)
+    assert [answer.content for answer in answers] == ["from w0"]
+    assert client.get(KEYS.running("c1")) == b"w0"  # not its claim to let go
+    [duplicate] = [event for _, event in read_events(client, KEYS)]
+    assert (duplicate.event, duplicate.call_id, duplicate.turn_id) == ("call_duplicate", "c1", "t1")
+
+
+def test_a_second_delivery_answers_worker_lost_when_the_first_run_dies(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    client.set(KEYS.running("c1"), "w0")
+    claim = _claim(client, events, Settings(call_heartbeat_s=0.05))
+    waiter, answers = _second_delivery(claim, tmp_path)
+    assert events.duplicate.wait(30)
+    client.delete(KEYS.running("c1"))  # w0 died: its liveness key expired
+    waiter.join(30)
+    [answer] = answers
+    assert answer.error_type is ErrorType.WORKER_LOST
+    assert "stopped before it stored a result" in answer.content
+    stored = ResultStore(client, KEYS).get("c1")
+    assert stored is not None
+    assert stored.error_type is ErrorType.WORKER_LOST
+
+
+def test_the_claim_is_let_go_when_the_run_raises(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    def proceed(state: CallState) -> ToolResult:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _claim(client, events)(_state(tmp_path), proceed)
+    assert not client.exists(KEYS.running("c1"), KEYS.worker_current("w1"))
+
+
+def test_a_cancelled_run_does_not_start(tmp_path: Path) -> None:
+    state = _state(tmp_path)
+    state.cancelled.set()
+    result = skip_cancelled(state, _never)
+    assert result.error_type is ErrorType.CANCELLED
+    assert result.content == "'t' did not run: its turn was cancelled."
+    assert skip_cancelled(_state(tmp_path), lambda state: _result("ran")).content == "ran"

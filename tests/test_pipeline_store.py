@@ -1,0 +1,82 @@
+"""Store: a call's first stored result is its answer; a blip in Redis is ridden out."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from executor import Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
+from executor.contract import Workspace
+from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
+from workers.pipeline import _store
+from workers.pipeline._chain import CallState
+from workers.pipeline._store import Store
+
+KEYS = Keys()
+CALL = ToolCall(id="c1", name="t")
+JOB = CallJob(call=CALL, turn_id="t1", index=0)
+
+
+def _result(text: str) -> ToolResult:
+    return ToolResult(call_id=CALL.id, name=CALL.name, status=ToolStatus.OK, content=text)
+
+
+def _store_of(client: redis.Redis, results: ResultStore | None = None) -> Store:
+    return Store(results or ResultStore(client, KEYS), EventLog(client, KEYS, worker="w1"))
+
+
+def test_the_step_stores_the_answer_and_returns_it(client: redis.Redis, tmp_path: Path) -> None:
+    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
+                      settings=Settings(), job=JOB)  # fmt: skip
+    result = _store_of(client)(state, lambda state: _result("ran"))
+    assert result.content == "ran"
+    assert ResultStore(client, KEYS).get("c1") == result
+    assert client.lrange(KEYS.turn_done("t1"), 0, -1) == [b"c1"]
+
+
+def test_a_second_result_is_dropped_and_the_first_answers(client: redis.Redis) -> None:
+    store = _store_of(client)
+    store.publish(JOB, _result("first"))
+    assert store.publish(JOB, _result("second")).content == "first"
+    [(_, dropped)] = read_events(client, KEYS)
+    assert (dropped.event, dropped.call_id, dropped.turn_id) == ("result_dropped", "c1", "t1")
+
+
+class _Flaky(ResultStore):
+    """A store whose first publish meets a Redis that does not answer."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        super().__init__(client, KEYS)
+        self.tries = 0
+
+    def publish(self, turn_id: str, result: ToolResult) -> bool:
+        self.tries += 1
+        if self.tries == 1:
+            raise redis.ConnectionError("Connection refused")
+        return super().publish(turn_id, result)
+
+
+def test_redis_away_for_a_moment_is_ridden_out(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_RETRY_S", 0.0)
+    flaky = _Flaky(client)
+    assert _store_of(client, flaky).publish(JOB, _result("ran")).content == "ran"
+    assert flaky.tries == 2
+    assert ResultStore(client, KEYS).get("c1") is not None
+
+
+def test_redis_away_past_the_patience_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_store, "_PUBLISH_PATIENCE_S", 0.0)
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    away = redis.Redis(port=port, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    with pytest.raises(redis.ConnectionError):
+        _store_of(away).publish(JOB, _result("ran"))
+    away.close()

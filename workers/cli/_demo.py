@@ -1,0 +1,176 @@
+"""``toolpool demo``: four scenarios on an embedded Redis and a real worker pool.
+
+Nothing to install by hand: it starts a private ``redis-server`` and three worker processes,
+runs the scenarios against the current folder (writes go to ``.toolpool/demo/`` only and are
+removed afterwards), prints what happened, and tears everything down.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from executor import Settings
+from executor.client import Executor
+from executor.wire import Event, ToolCall, ToolResult, read_events
+
+SCRATCH = Path(".toolpool") / "demo"
+_BAR = 40
+
+
+@dataclass
+class _Span:
+    call_id: str
+    tool: str
+    mode: str
+    start: float
+    end: float
+    worker: str
+
+
+def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.echo) -> None:
+    """Start Redis and a pool, run the four scenarios, tear everything down."""
+    from workers._embedded_redis import RedisServer
+    from workers.pool._pool import WorkerPool
+
+    workspace = workspace.resolve()
+    with RedisServer() as server:
+        settings = Settings.from_env().with_changes(
+            redis_url=server.url, workspace=workspace, lock_lease_ms=5000
+        )
+        pool = WorkerPool(server.url, settings, workers=workers)
+        pool.start()
+        try:
+            echo(f"toolpool demo: Redis at {server.url}, {workers} worker processes, "
+                 f"workspace {workspace}\n")  # fmt: skip
+            pool.wait_ready(timeout=30)
+            with Executor(settings=settings) as executor:
+                _scenarios(executor, echo)
+        finally:
+            pool.stop()
+            shutil.rmtree(workspace / SCRATCH, ignore_errors=True)
+    echo("\nDone: workers stopped, Redis stopped, .toolpool/demo removed.")
+
+
+def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
+    echo('1. "Look at the current folder": list_directory(".")')
+    (listing,) = executor.run([ToolCall(id="look", name="list_directory", arguments={})])
+    _show(listing, echo, lines=12)
+
+    echo('\n2. "Read pyproject.toml": read_file (its results are capped at 500 characters)')
+    (read,) = executor.run(
+        [ToolCall(id="pyproject", name="read_file", arguments={"path": "pyproject.toml"})]
+    )
+    _show(read, echo, lines=30)
+
+    echo("\n3. Concurrency: one turn, calls in order; safe calls share the lock, writes are alone")
+    scratch = str(SCRATCH / "notes.md")
+    turn = [
+        ToolCall(id="grep-1", name="grep", arguments={"pattern": r"[qz]{3}[0-9]{2}"}),
+        ToolCall(id="grep-2", name="grep", arguments={"pattern": r"def \w+_lock\("}),
+        ToolCall(id="glob", name="glob", arguments={"pattern": "**/*.lua"}),
+        ToolCall(id="readme", name="read_file", arguments={"path": "README.md", "limit": 5}),
+        ToolCall(id="write", name="write_file",
+                 arguments={"path": scratch, "content": "# written by the demo\n"}),
+        ToolCall(id="edit", name="edit_file",
+                 arguments={"path": scratch, "old_string": "demo", "new_string": "toolpool demo"}),
+        ToolCall(id="check", name="read_file", arguments={"path": scratch}),
+    ]  # fmt: skip
+    started = time.time()
+    results = executor.run(turn)
+    for result in results:
+        echo(f"   {result.call_id:7} {result.name:11} {result.status.value:5} "
+             f"{_first_line(result.content)}")  # fmt: skip
+    spans = _spans(executor, [c.id for c in turn], started)
+    _timeline(spans, echo)
+    _verdict(spans, echo)
+
+    echo('\n4. Truncation: bash "seq 1 100000" (kept: the first 60% and last 40% of 3000 chars)')
+    (big,) = executor.run([ToolCall(id="big", name="bash", arguments={"command": "seq 1 100000"})])
+    head, _, tail = big.content.partition("\n\n... [")
+    marker, _, rest = tail.partition("] ...\n\n")
+    echo(f"   {big.original_chars:,} characters out, {len(big.content):,} shown: "
+         f"{len(head):,} from the head, {len(rest):,} from the tail")  # fmt: skip
+    echo(f"   marker: ... [{marker}] ...")
+    full = executor.full_output("big") or ""
+    echo(f"   the full output is kept on Redis: {len(full):,} characters "
+         "(`toolpool output big`)")  # fmt: skip
+
+
+def _show(result: ToolResult, echo: Callable[[str], None], *, lines: int) -> None:
+    if result.is_error:
+        echo(f"   error ({result.error_type}): {result.content}")
+        return
+    shown = result.content.splitlines()
+    for line in shown[:lines]:
+        echo(f"   | {line}")
+    if len(shown) > lines:
+        echo(f"   | ... ({len(shown) - lines} more lines)")
+
+
+def _first_line(text: str) -> str:
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= 60 else first[:57] + "..."
+
+
+def _spans(executor: Executor, call_ids: Sequence[str], since: float) -> list[_Span]:
+    """Each call's hold of the lock, from the workers' events."""
+    opened: dict[str, Event] = {}
+    spans: list[_Span] = []
+    for _, item in read_events(executor.client, executor.keys):
+        if item.call_id not in call_ids or item.ts < since:
+            continue
+        if item.event == "lock_acquired":
+            opened[item.call_id] = item
+        elif item.event == "lock_released" and item.call_id in opened:
+            begin = opened.pop(item.call_id)
+            end = float(item.data.get("released_at", item.ts))
+            spans.append(_Span(item.call_id, item.tool, str(item.data.get("mode")),
+                               begin.ts, end, item.worker))  # fmt: skip
+    order = {call_id: i for i, call_id in enumerate(call_ids)}
+    return sorted(spans, key=lambda s: order[s.call_id])
+
+
+def _timeline(spans: list[_Span], echo: Callable[[str], None]) -> None:
+    if not spans:
+        echo("   (no lock events recorded)")
+        return
+    origin = min(s.start for s in spans)
+    total = max(s.end for s in spans) - origin or 1e-9
+    echo(f"\n   lock held, ms from the turn's first grant (0 .. {total * 1000:.0f} ms):")
+    for span in spans:
+        first = int((span.start - origin) / total * _BAR)
+        last = max(first + 1, int((span.end - origin) / total * _BAR))
+        bar = " " * first + "#" * (last - first)
+        echo(f"   {span.call_id:7} {span.tool:11} {span.mode:9} |{bar:<{_BAR}}| "
+             f"{(span.start - origin) * 1000:6.1f}-{(span.end - origin) * 1000:6.1f}  "
+             f"{span.worker}")  # fmt: skip
+
+
+def _verdict(spans: list[_Span], echo: Callable[[str], None]) -> None:
+    shared = [s for s in spans if s.mode == "shared"]
+    peak = max((sum(1 for o in shared if o.start < s.end and s.start < o.end)
+                for s in shared), default=0)  # fmt: skip
+    echo(f"   shared calls running at once, at most: {peak}")
+    for span in spans:
+        if span.mode != "exclusive":
+            continue
+        others = [o.call_id for o in spans
+                  if o is not span and o.start < span.end and span.start < o.end]  # fmt: skip
+        verdict = "ran alone" if not others else f"OVERLAPPED {', '.join(others)}"
+        echo(f"   {span.call_id} ({span.tool}, exclusive): {verdict}")
+
+
+@click.command("demo")
+@click.option("--workers", type=int, default=3, show_default=True, help="Worker processes.")
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=".", show_default=True, help="Folder the tools look at.")  # fmt: skip
+def demo_command(workers: int, workspace: Path) -> None:
+    """Show a pool at work on an embedded Redis: parallel reads, a capped read, a write
+    alone, truncation; then clean up."""
+    run_demo(workspace, workers)

@@ -1,0 +1,289 @@
+"""``toolpool worker`` and ``toolpool up``: a worker pool in the foreground, with or without Redis.
+
+``worker_command`` and ``up_command`` join the ``toolpool`` group through its entry points;
+``python -m workers.cli worker|up ...`` runs them without the rest of the CLI. Every option
+also reads a ``TOOLPOOL_*`` variable, which is how the Docker image is configured.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from executor._settings import Settings, shown_url
+from executor.cli._common import (
+    connection_options,
+    or_fail,
+    require_redis,
+    settings_for,
+)
+from executor.wire import Keys
+from workers._embedded_redis import RedisServer
+from workers.cli._registry import build_registry, tools_option
+from workers.pool._pool import PoolChild, WorkerPool
+from workers.pool._process import served_registry
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FORK_HELP = (
+    "Fork a fresh process for every call (RQ's forking Worker) instead of running calls in "
+    "the worker process: slower per call, but no state leaks from one call to the next."
+)
+
+
+def _pool_options(command: F) -> F:
+    """The options ``worker`` and ``up`` share: how many workers, which tools, how to stop."""
+    options = [
+        click.option("--workers", "-n", type=click.IntRange(1, 256), default=2,
+                     show_default=True, envvar="TOOLPOOL_WORKERS",
+                     help="Worker processes (env TOOLPOOL_WORKERS)."),
+        tools_option,
+        click.option("--fork", is_flag=True, envvar="TOOLPOOL_FORK", help=_FORK_HELP),
+        click.option("--read-only", is_flag=True, envvar="TOOLPOOL_READ_ONLY",
+                     help="Serve only the tools declared read-only; calls to others get an "
+                          "error result saying so (env TOOLPOOL_READ_ONLY)."),
+        click.option("--disable-tool", "disabled_tools", multiple=True, metavar="NAME",
+                     envvar="TOOLPOOL_DISABLE_TOOLS",
+                     help="Do not serve this tool, e.g. bash (repeatable; env "
+                          "TOOLPOOL_DISABLE_TOOLS, space-separated)."),
+        click.option("--grace", type=click.FloatRange(0), default=60.0, show_default=True,
+                     envvar="TOOLPOOL_STOP_GRACE",
+                     help="On SIGINT/SIGTERM, seconds the calls in flight may take to finish "
+                          "before their workers are killed (env TOOLPOOL_STOP_GRACE)."),
+        click.option("--log-level", default="WARNING", show_default=True,
+                     envvar="TOOLPOOL_LOG_LEVEL",
+                     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+                     help="Logging level of the pool and its workers (env TOOLPOOL_LOG_LEVEL)."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _workspace_option(default: str | None) -> Callable[[F], F]:
+    return click.option(
+        "--workspace",
+        type=click.Path(exists=True, file_okay=False, path_type=Path, resolve_path=True),
+        envvar="TOOLPOOL_WORKSPACE",
+        required=default is None,
+        default=default,
+        show_default=default is not None,
+        help="The folder the file tools may touch; it must exist (env TOOLPOOL_WORKSPACE).",
+    )
+
+
+@click.command("worker")
+@connection_options
+@_workspace_option(None)
+@click.option("--queue", envvar="TOOLPOOL_QUEUE", default=None,
+              help="Queue to take calls from (env TOOLPOOL_QUEUE; default 'default').")  # fmt: skip
+@click.option("--scope", envvar="TOOLPOOL_SCOPE", default=None,
+              help="Lock scope (env TOOLPOOL_SCOPE; default 'global'). Workers that share "
+                   "files must share a scope.")  # fmt: skip
+@_pool_options
+def worker_command(
+    redis_url: str | None,
+    prefix: str | None,
+    workspace: Path,
+    queue: str | None,
+    scope: str | None,
+    workers: int,
+    tool_specs: tuple[str, ...],
+    fork: bool,
+    read_only: bool,
+    disabled_tools: tuple[str, ...],
+    grace: float,
+    log_level: str,
+) -> None:
+    """Serve tool calls from Redis with a supervised pool of worker processes.
+
+    A worker that dies is replaced and its call in flight answered at once. SIGINT or SIGTERM
+    stops the pool gracefully (calls in flight finish, up to --grace seconds); a second one
+    stops it at once.
+    """
+    settings = settings_for(redis_url, prefix, workspace=workspace, queue=queue, scope=scope)
+    url = require_redis(settings)
+    _check_names(settings)
+    served = _served(tool_specs, read_only, disabled_tools)
+    _check_redis(url)
+    _setup_logging(log_level)
+    pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
+    click.echo(
+        f"toolpool worker: {workers} worker processes ({_mode(fork)}) on {shown_url(url)}, "
+        f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
+    )
+    click.echo(f"toolpool worker: {served.describe()}")
+    pool.run(on_start=_print_children)
+    click.echo("toolpool worker: stopped")
+
+
+@click.command("up")
+@click.option(
+    "--redis",
+    "redis_url",
+    envvar="TOOLPOOL_REDIS_URL",
+    default=None,
+    help="Use this Redis (env TOOLPOOL_REDIS_URL); without it, start a private one.",
+)
+@_workspace_option(".")
+@_pool_options
+def up_command(
+    redis_url: str | None,
+    workspace: Path,
+    workers: int,
+    tool_specs: tuple[str, ...],
+    fork: bool,
+    read_only: bool,
+    disabled_tools: tuple[str, ...],
+    grace: float,
+    log_level: str,
+) -> None:
+    """Run Redis and a worker pool in the foreground, for one machine.
+
+    Without --redis (or TOOLPOOL_REDIS_URL) it starts a private redis-server on a free port
+    and prints its URL for orchestrators. Ctrl+C stops the workers (calls in flight finish),
+    then Redis.
+    """
+    settings = settings_for(redis_url, None, workspace=workspace)
+    _check_names(settings)
+    served = _served(tool_specs, read_only, disabled_tools)
+    _setup_logging(log_level)
+    server: RedisServer | None = None
+    if settings.redis_url:
+        _check_redis(settings.redis_url)
+        url = settings.redis_url
+        click.echo(f"toolpool up: Redis at {shown_url(url)}")
+    else:
+        server = _start_private_redis()
+        url = server.url
+        click.echo(f"toolpool up: private Redis (redis-server pid {server.pid}) at "
+                   f"{server.tcp_url} and {server.url}")  # fmt: skip
+    try:
+        pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
+        click.echo(f"toolpool up: {workers} worker processes ({_mode(fork)}), "
+                   f"workspace {settings.workspace}")  # fmt: skip
+        click.echo(f"toolpool up: {served.describe()}")
+        if server is not None:
+            click.echo("Point orchestrators at this Redis:")
+            click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
+        pool.run(on_start=_print_children)
+    finally:
+        if server is not None:
+            server.stop()
+    click.echo("toolpool up: stopped" + (", Redis too" if server is not None else ""))
+
+
+@dataclass(frozen=True)
+class _Served:
+    """Which tools the pool's workers serve: ``--tools``, ``--read-only``, ``--disable-tool``."""
+
+    tool_specs: tuple[str, ...]
+    read_only: bool
+    disabled: tuple[str, ...]
+    names: tuple[str, ...]
+
+    def describe(self) -> str:
+        how = []
+        if self.read_only:
+            how.append("read-only")
+        if self.disabled:
+            how.append(f"disabled: {', '.join(self.disabled)}")
+        suffix = f" ({'; '.join(how)})" if how else ""
+        return f"serving {', '.join(self.names)}{suffix}"
+
+
+def _served(
+    tool_specs: tuple[str, ...], read_only: bool, disabled_tools: tuple[str, ...]
+) -> _Served:
+    """Load the tools here once, so that a bad --tools or --disable-tool fails now, not in
+    every worker."""
+    disabled = tuple(dict.fromkeys(n for item in disabled_tools for n in item.split()))
+    registry = or_fail(
+        lambda: served_registry(
+            build_registry(tool_specs), read_only=read_only, disabled=frozenset(disabled)
+        )
+    )
+    return _Served(tool_specs, read_only, disabled, tuple(registry.names()))
+
+
+def _build_pool(
+    url: str,
+    settings: Settings,
+    workers: int,
+    served: _Served,
+    fork: bool,
+    log_level: str,
+    grace: float,
+) -> WorkerPool:
+    return or_fail(
+        lambda: WorkerPool(url, settings, workers=workers, tool_specs=served.tool_specs,
+                           forking=fork, read_only=served.read_only,
+                           disabled_tools=served.disabled, logging_level=log_level, grace=grace)
+    )  # fmt: skip
+
+
+def _start_private_redis() -> RedisServer:
+    server = or_fail(lambda: RedisServer(tcp=True))
+    # Ctrl+C in a terminal signals the whole foreground process group, redis-server too, and
+    # it would quit before the workers' calls in flight store their results. A blocked signal
+    # stays blocked across exec, so this Redis ignores SIGINT; stop() ends it with SIGTERM.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        or_fail(server.start)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    except BaseException:
+        # Includes a KeyboardInterrupt delivered as SIGINT is unblocked.
+        server.stop()
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        raise
+    return server
+
+
+def _check_names(settings: Settings) -> None:
+    try:
+        keys = Keys(settings.key_prefix)
+        keys.lock(settings.scope)
+        keys.queue_name(settings.queue)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def _check_redis(url: str) -> None:
+    shown = shown_url(url)
+    try:
+        client = redis.Redis.from_url(
+            url, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0)
+        )
+    except ValueError as exc:
+        raise click.UsageError(f"Invalid Redis URL {shown}: {exc}") from None
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"Redis at {shown} does not answer ({exc}). Check the URL (--redis or "
+            "TOOLPOOL_REDIS_URL) and that Redis runs there; `toolpool up` starts a local one."
+        ) from None
+    finally:
+        client.close()
+
+
+def _mode(fork: bool) -> str:
+    return "a forked process per call" if fork else "calls run in the worker processes"
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+
+
+def _print_children(children: list[PoolChild]) -> None:
+    for child in children:
+        click.echo(f"worker {child.name} pid {child.pid}")

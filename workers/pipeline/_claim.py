@@ -1,0 +1,116 @@
+"""Claim: take the call for this worker in one round trip, and let it go once it is answered.
+
+The start of every job is one pipeline: is the call answered already, mark it this worker's
+current job, claim it (a liveness key only one delivery can set; ``workers.pipeline._heartbeat``
+renews it), and is its turn cancelled. A job delivered again after it was answered gets the
+stored result; one delivered while its first delivery still runs waits for that run's result;
+a call whose turn was cancelled before it started does not run (``skip_cancelled``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import redis
+
+from executor import Settings
+from executor.wire import CallJob, ErrorType, EventLog, Keys, ToolResult
+from workers.pipeline._chain import CallState, Proceed
+from workers.pipeline._store import Store
+
+# How often a second delivery of a job looks for the first delivery's result.
+_DUPLICATE_POLL_S = 0.2
+# How long the worker's current-job key lives if the worker dies holding it.
+_CURRENT_TTL_S = 24 * 3600
+
+
+class Claim:
+    """Step: claim the call, answer a second delivery, release the claim at the end."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        settings: Settings,
+        events: EventLog,
+        store: Store,
+        *,
+        worker_name: str,
+    ) -> None:
+        self._client = client
+        self._keys = keys
+        self._events = events
+        self._store = store
+        self._worker = worker_name
+        self._liveness_ms = int(settings.call_liveness_s * 1000)
+        self._heartbeat_s = settings.call_heartbeat_s
+
+    def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
+        job = state.the_job()
+        call = job.call
+        current_key = self._keys.worker_current(self._worker)
+        running_key = self._keys.running(call.id)
+        # One round trip to start: is it answered already, claim it, is it cancelled.
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys.result(call.id))
+            pipe.set(current_key, job.model_dump_json(), ex=_CURRENT_TTL_S)
+            pipe.set(running_key, self._worker, px=self._liveness_ms, nx=True)
+            pipe.exists(self._keys.turn_cancel(job.turn_id))
+            existing, _, claimed, cancel_flag = pipe.execute()
+        if not claimed and existing is None:
+            # A job delivered twice (RQ put it back while its first delivery still runs):
+            # it must not run twice, nor end before the run does (its dependents would start).
+            with contextlib.suppress(redis.RedisError):
+                self._client.delete(current_key)
+            return self._await_other_run(job)
+        try:
+            if existing is not None:
+                # A job delivered again after it was answered: the first stored result stands.
+                return ToolResult.model_validate_json(existing)
+            if cancel_flag:
+                state.cancelled.set()
+            return proceed(state)
+        finally:
+            with contextlib.suppress(redis.RedisError):
+                self._client.delete(current_key, running_key)
+
+    def _await_other_run(self, job: CallJob) -> ToolResult:
+        """The result of the run another worker holds; ``worker_lost`` if that worker dies."""
+        call = job.call
+        self._events.emit("call_duplicate", call_id=call.id, turn_id=job.turn_id, tool=call.name)
+        gone_since: float | None = None
+        while True:
+            try:
+                with self._client.pipeline(transaction=False) as pipe:
+                    pipe.get(self._keys.result(call.id))
+                    pipe.exists(self._keys.running(call.id))
+                    stored, running = pipe.execute()
+            except redis.RedisError:
+                # Failing the job would start its dependents before the other run answers.
+                gone_since = None
+                time.sleep(_DUPLICATE_POLL_S)
+                continue
+            if stored is not None:
+                return ToolResult.model_validate_json(stored)
+            now = time.monotonic()
+            gone_since = None if running else (gone_since or now)
+            # The liveness key's expiry already proves a silent worker; the grace covers one
+            # that just stored its result and let go of the key.
+            if gone_since is not None and now - gone_since > 2 * self._heartbeat_s:
+                message = (
+                    f"The worker running {call.name!r} stopped before it stored a result. The "
+                    "call may have run in part; check its effects before calling it again."
+                )
+                lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
+                return self._store.publish(job, lost)
+            time.sleep(_DUPLICATE_POLL_S)
+
+
+def skip_cancelled(state: CallState, proceed: Proceed) -> ToolResult:
+    """Step: a call whose turn was cancelled (seen by the claim or the heartbeat) does not run."""
+    if state.cancelled.is_set():
+        call = state.call
+        message = f"{call.name!r} did not run: its turn was cancelled."
+        return ToolResult.failure(call.id, call.name, ErrorType.CANCELLED, message)
+    return proceed(state)

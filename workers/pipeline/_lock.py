@@ -1,0 +1,142 @@
+"""Lock: hold the call's guard while its tool runs; on a worker, a lease on the lock.
+
+``lock`` is the step: it enters the call's guard once the arguments are valid and leaves it
+when the tool is done. Only a failure to enter it (no lock within the wait) means the tool did
+not run. ``LeaseGuard`` is the worker's guard: the distributed lock, shared for
+concurrency-safe tools and exclusive for the rest, granted past the commit barrier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import redis
+
+from executor import FenceError, Settings, ToolpoolError
+from executor.lock import EXCLUSIVE, SHARED, Lease, LockError, LockTimeout, OwnerInfo, RWLock
+from executor.wire import ErrorType, EventLog, ToolResult
+from workers.pipeline._chain import CallState, Held, Proceed
+from workers.pipeline._emit import brief
+from workers.pipeline._lock_loss import LockLoss
+from workers.pipeline._truncate import finish
+
+log = logging.getLogger(__name__)
+
+
+def lock(state: CallState, proceed: Proceed) -> ToolResult:
+    """Step: run the rest under ``state.guard`` (if any); ``lock_unavailable`` if not had."""
+    guard = state.guard
+    if guard is None:
+        return proceed(state)
+    tool = state.checked_tool()
+    stack = contextlib.ExitStack()
+    try:
+        held = stack.enter_context(guard(state))
+    except ToolpoolError as exc:
+        # Only a failure to enter the guard means the tool did not run.
+        return finish(
+            state.call, tool, state.settings, state.started, ErrorType.LOCK_UNAVAILABLE,
+            f"{tool.name!r} did not run: {exc} Try again later.",
+        )  # fmt: skip
+    state.held = held
+    try:
+        return proceed(state)
+    finally:
+        try:
+            stack.close()
+        except Exception:
+            # The tool has run; failing to leave the guard must not change its answer.
+            log.exception("toolpool: leaving the guard of call %s failed", state.call.id)
+
+
+class LeaseGuard:
+    """The worker's guard: take a lease, pass the commit barrier, announce, give it back.
+
+    ``barrier`` is the workspace's ``CommitBarrier`` (``workers.pipeline._barrier``); it is
+    passed between the grant and its announcement, and a barrier that fails gives the lease
+    back unannounced: the call did not run.
+    """
+
+    def __init__(
+        self,
+        rwlock: RWLock,
+        events: EventLog,
+        settings: Settings,
+        *,
+        worker_name: str,
+        barrier: Callable[[], None],
+        lock_loss: LockLoss,
+    ) -> None:
+        self._lock = rwlock
+        self._events = events
+        self._wait_s = settings.lock_wait_timeout
+        self._worker = worker_name
+        self._barrier = barrier
+        self._lock_loss = lock_loss
+
+    @contextlib.contextmanager
+    def hold(self, state: CallState) -> Iterator[Held]:
+        """Hold the lock for ``state``'s run; a ``ToolpoolError`` if it cannot be had."""
+        call, tool, turn_id = state.call, state.checked_tool(), state.turn_id
+        mode = SHARED if tool.is_concurrency_safe else EXCLUSIVE
+        owner = OwnerInfo.current(worker=self._worker, call_id=call.id, tool=tool.name)
+        started = time.monotonic()
+        try:
+            lease = self._lock.acquire(mode, timeout=0, owner=owner)
+        except LockTimeout:
+            self._events.emit("lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                              mode=mode)  # fmt: skip
+            lease = self._lock.acquire(mode, timeout=self._wait_s, owner=owner)
+        try:
+            self._barrier()
+        except BaseException:
+            with contextlib.suppress(redis.RedisError, LockError):
+                lease.release()
+            raise
+        waited_ms = round((time.monotonic() - started) * 1000, 3)
+        lease.on_lost(self._lock_loss.on_lost(state, mode))
+        self._events.defer(
+            "lock_acquired", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode,
+            fence=lease.fence, waited_ms=waited_ms,
+        )  # fmt: skip
+        self._events.defer("tool_execution_started", call_id=call.id, turn_id=turn_id,
+                           tool=tool.name, arguments=brief(call.arguments))  # fmt: skip
+        self._events.flush()
+        try:
+            yield _LeaseHeld(lease)
+        finally:
+            released = False
+            # Stamped before the release is sent: the event's ts comes after it, when the next
+            # holder may already have the lock, so only this time bounds the hold from inside.
+            released_at = time.time()
+            try:
+                released = lease.release()
+            except (redis.RedisError, LockError) as exc:
+                # The call has run: a release that fails must not turn its result into "did
+                # not run". The lease ends by itself when it expires.
+                log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+            self._events.defer("lock_released", call_id=call.id, turn_id=turn_id,
+                               tool=tool.name, mode=mode, fence=lease.fence, held=released,
+                               released_at=released_at)  # fmt: skip
+
+
+class _LeaseHeld:
+    """The run's view of a lease: a fence to check before side effects, and loss."""
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+        self.committed = False
+
+    def check_fence(self) -> None:
+        if self._lease.fence is not None:
+            self._lease.assert_fenced()
+        elif self._lease.lost:
+            raise FenceError(f"The shared lock was lost ({self._lease.lost_reason}).")
+        self.committed = True
+
+    @property
+    def lost(self) -> bool:
+        return self._lease.lost

@@ -1,0 +1,108 @@
+"""Run: the tool in a thread of its own, within its time limit; nothing it does escapes.
+
+The last step: it answers with the tool's output (or its error), truncated, the full output
+offered to the keeper when it is cut; or with a timeout when the tool does not return in time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from executor import FenceError, ToolError
+from executor.contract import Tool, ToolContext
+from executor.wire import ErrorType, ToolResult
+from workers.pipeline._chain import CallState
+from workers.pipeline._truncate import finish
+
+# Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
+CLEANUP_GRACE = 5.0
+
+
+def time_limit(tool: Tool, arguments: dict[str, Any]) -> float:
+    """Seconds the call may run: the tool's limit, or longer if its own timeout asks more."""
+    own = arguments.get(tool.timeout_argument) if tool.timeout_argument else None
+    if isinstance(own, (int, float)) and not isinstance(own, bool) and own > 0:
+        return max(tool.timeout, float(own) + CLEANUP_GRACE)
+    return tool.timeout
+
+
+def run(state: CallState) -> ToolResult:
+    """Step (the last): run the tool and answer with what it returned or raised."""
+    call, tool, arguments = state.call, state.checked_tool(), state.arguments
+    limit = time_limit(tool, arguments)
+    context = ToolContext(
+        workspace=state.workspace,
+        settings=state.settings,
+        call_id=call.id,
+        tool_name=tool.name,
+        deadline=time.monotonic() + limit,
+        cancelled=state.cancelled,
+        fence=state.held.check_fence if state.held is not None else state.fence,
+    )
+    if context.cancelled.is_set():
+        return finish(call, tool, state.settings, state.started, ErrorType.CANCELLED,
+                      f"{tool.name!r} did not run: the call was cancelled.")  # fmt: skip
+    outcome = _Outcome()
+    thread = threading.Thread(
+        target=_invoke, args=(tool, context, arguments, outcome), name=f"tool-{call.id}",
+        daemon=True,
+    )  # fmt: skip
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive() and context.stop():
+        # Its write landed just as the time ran out: the tool is only returning, and its
+        # answer is the truth, where "stopped" would have the model redo a done write.
+        thread.join(CLEANUP_GRACE)
+    if thread.is_alive():
+        landed = " after its write was committed" if context.committed else ""
+        return finish(
+            call, tool, state.settings, state.started, ErrorType.TIMEOUT,
+            f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped{landed}. "
+            "Try a smaller request.",
+        )  # fmt: skip
+    keep = state.keep_full_output
+    if outcome.error is not None:
+        return finish(call, tool, state.settings, state.started, *_classify(tool, outcome.error),
+                      keep=keep)  # fmt: skip
+    return finish(call, tool, state.settings, state.started, None, _to_text(outcome.value),
+                  keep=keep)  # fmt: skip
+
+
+@dataclass
+class _Outcome:
+    value: Any = None
+    error: BaseException | None = None
+
+
+def _invoke(tool: Tool, context: ToolContext, arguments: dict[str, Any], out: _Outcome) -> None:
+    try:
+        out.value = tool.invoke(context, arguments)
+    except BaseException as exc:  # a tool calling sys.exit() must not end the worker
+        out.error = exc
+
+
+def _classify(tool: Tool, error: BaseException) -> tuple[ErrorType, str]:
+    if isinstance(error, FenceError):
+        return ErrorType.LOCK_LOST, str(error)
+    if isinstance(error, ToolError):
+        return ErrorType.TOOL_ERROR, str(error)
+    return (
+        ErrorType.UNEXPECTED_ERROR,
+        f"Tool {tool.name!r} failed unexpectedly: {type(error).__name__}: {error}",
+    )
+
+
+def _to_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    return json.dumps(value, ensure_ascii=False, default=str)

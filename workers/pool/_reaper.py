@@ -1,0 +1,352 @@
+"""Cleaning up after a pool's worker process that died: processes, lock, calls, RQ's jobs.
+
+A worker killed mid-call cannot tidy up, and what it leaves would otherwise wait for timeouts:
+a bash command it started runs on (in a session of its own, outside the worker's process
+group), its lock lease holds until it expires, its call waits for the orchestrator's liveness
+check, the turn's next batch for RQ's registry cleanup, and its name stays registered with RQ.
+Two more states outlive a worker that dies between RQ's steps: a job it stored the result of
+but RQ still records as started (its dependents stay deferred), and a job it took off the
+queue but never started (RQ 3 keeps it in the queue's intermediate list, where nobody runs
+it). ``Reaper.bury`` ends all of that at once, in an order that keeps the lock meaningful: the
+leftover processes die before the lease is released.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+from rq import Queue, Worker
+from rq.exceptions import NoSuchJobError
+from rq.executions import Execution
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+from rq.utils import as_text
+
+from executor import Settings, ToolpoolError
+from executor.lock import HolderStatus, RWLock, WaiterStatus
+from executor.wire import (
+    CallJob,
+    ErrorType,
+    EventLog,
+    Keys,
+    ResultStore,
+    ToolResult,
+    call_queue,
+    dequeued_not_started,
+    end_lost_job,
+    job_id,
+    requeue_dequeued,
+    started_by,
+)
+
+log = logging.getLogger(__name__)
+
+# The environment variable that marks every process a pool's child starts (its value is the
+# child's own token), so that the sweep finds them after the child is gone.
+TOKEN_ENV = "TOOLPOOL_POOL_CHILD"
+
+# A live worker holds a job in the intermediate list only for the milliseconds between RQ's
+# dequeue and its execution record; a job there longer, with no execution, has lost its worker.
+DEQUEUE_GRACE_S = 2.0
+_GRACE_POLL_S = 0.05
+
+
+@dataclass
+class DeadChild:
+    """A child that has ended and is not cleaned up yet."""
+
+    name: str
+    pid: int
+    token: str
+    reason: str  # "was killed by signal SIGKILL", "exited with code 1"
+    # Its leftover processes killed so far: their lock leases are the child's too.
+    killed: set[int] = field(default_factory=set)
+
+
+class Reaper:
+    """Cleans up after dead children: leftover processes, lock leases, the call, RQ's record."""
+
+    def __init__(
+        self, redis_url: str, settings: Settings, host: str, *, grace: float = DEQUEUE_GRACE_S
+    ) -> None:
+        self._settings = settings
+        self._grace = grace
+        # Jobs seen unstarted in the intermediate list by sweep_dequeued, and since when.
+        self._first_seen: dict[str, float] = {}
+        self._host = host
+        self._keys = Keys(settings.key_prefix)
+        self._client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
+        self._results = ResultStore(self._client, self._keys, ttl=settings.result_ttl)
+        self._lock = RWLock.from_url(redis_url, settings.scope, keys=self._keys,
+                                     lease_ms=settings.lock_lease_ms)  # fmt: skip
+
+    def close(self) -> None:
+        self._lock.close()
+        self._client.close()
+
+    def registered(self, name: str, pid: int | None) -> bool:
+        """Whether RQ knows a live worker ``name`` with process id ``pid``."""
+        key = Worker.redis_worker_namespace_prefix + name
+        try:
+            found, death = self._client.hmget(key, ["pid", "death"])
+        except redis.RedisError:
+            return False
+        return found is not None and death is None and int(found) == pid
+
+    def bury(self, dead: DeadChild) -> bool:
+        """Clean up after ``dead``; False if Redis failed (every step may simply be redone)."""
+        # First the processes: nothing the child started may run on once its lock is freed.
+        dead.killed |= _sweep(dead.token)
+        try:
+            self._release_leases(dead)
+            self._answer_call(dead)
+            for queue in self._served_queues(dead.name):
+                self._end_started_jobs(dead, queue)
+                self._requeue_dequeued_jobs(dead, queue)
+            self._forget_worker(dead.name)
+        except (redis.RedisError, ToolpoolError) as exc:
+            log.warning("toolpool: cleaning up after worker %s failed, will retry: %s",
+                        dead.name, exc)  # fmt: skip
+            return False
+        return True
+
+    def _release_leases(self, dead: DeadChild) -> None:
+        status = self._lock.status()
+        entries: list[HolderStatus | WaiterStatus] = [*status.holders, *status.queue]
+        for entry in entries:
+            owner = entry.owner
+            ours = owner.worker == dead.name and owner.host == self._host
+            if (
+                ours
+                and (owner.pid == dead.pid or owner.pid in dead.killed)
+                and self._lock.force_release(entry.token)
+            ):
+                log.info("toolpool: released the %s lock lease of dead worker %s",
+                             entry.mode, dead.name)  # fmt: skip
+
+    def _answer_call(self, dead: DeadChild) -> None:
+        key = self._keys.worker_current(dead.name)
+        raw = self._client.get(key)
+        if raw is None:
+            return
+        try:
+            job = CallJob.model_validate_json(raw)
+        except ValidationError:
+            log.warning("toolpool: unreadable current call of worker %s: %r", dead.name, raw)
+            self._client.delete(key)
+            return
+        self._answer_lost(dead, job)
+        # Even with a stored result, RQ may not have marked the job ended: its dependents
+        # would wait for RQ's own cleanup, minutes later.
+        end_lost_job(self._client, job_id(job.turn_id, job.index))
+        self._client.delete(key)
+
+    def _answer_lost(self, dead: DeadChild, job: CallJob) -> None:
+        """Store a ``worker_lost`` result for ``job``'s call unless it has a result."""
+        call = job.call
+        if self._results.get(call.id) is not None:
+            return
+        message = (
+            f"The worker running {call.name!r} ({dead.name}, pid {dead.pid}) {dead.reason} "
+            "before it stored a result. The call may have run in part; check its effects "
+            "before calling it again."
+        )
+        lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
+        if self._results.publish(job.turn_id, lost):
+            self._events(dead.name).emit("call_lost", call_id=call.id, turn_id=job.turn_id,
+                                    tool=call.name, reason=dead.reason, worker_pid=dead.pid,
+                                    by="pool")  # fmt: skip
+            log.warning("toolpool: call %s (%s) of worker %s answered as worker_lost",
+                        call.id, call.name, dead.name)  # fmt: skip
+
+    def _events(self, worker: str) -> EventLog:
+        return EventLog(self._client, self._keys, maxlen=self._settings.events_maxlen,
+                        worker=worker)  # fmt: skip
+
+    def _served_queues(self, name: str) -> list[Queue]:
+        """The queues worker ``name`` took jobs from: the pool's, and those RQ recorded."""
+        names = [self._pool_queue().name]
+        raw = self._client.hget(Worker.redis_worker_namespace_prefix + name, "queues")
+        if raw:
+            names += [n for n in as_text(raw).split(",") if n and n not in names]
+        return [Queue(n, connection=self._client, serializer=JSONSerializer) for n in names]
+
+    def _end_started_jobs(self, dead: DeadChild, queue: Queue) -> None:
+        """End the jobs RQ still records as started by ``dead``; requeue those never begun.
+
+        A worker that dies after storing its call's result (and clearing its current call)
+        but before RQ records the job's end leaves the job started: the turn's next batch
+        would wait for RQ's registry cleanup, minutes later. A call without a result is
+        answered ``worker_lost`` first. A job with an execution of ``dead`` but still queued
+        was dequeued and never started: it goes back on the queue.
+        """
+        for execution in started_by(queue, dead.name):
+            try:
+                self._end_started_job(dead, queue, execution)
+            except redis.RedisError:
+                raise
+            except Exception:
+                # Whatever RQ makes of one odd job must not keep the slot from being refilled:
+                # RQ's own registry cleanup remains for it.
+                log.exception("toolpool: could not end RQ job %s of dead worker %s",
+                              execution.job_id, dead.name)  # fmt: skip
+
+    def _end_started_job(self, dead: DeadChild, queue: Queue, execution: Execution) -> None:
+        try:
+            job = Job.fetch(execution.job_id, connection=self._client, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return
+        status = job.get_status(refresh=False)
+        if status == JobStatus.QUEUED:
+            self._requeue(dead, queue, job.id, "it had dequeued and never started it", execution)
+        elif status == JobStatus.STARTED:
+            call = _call_of(job)
+            if call is not None:
+                self._answer_lost(dead, call)
+            if end_lost_job(self._client, job.id):
+                log.warning("toolpool: ended RQ job %s, left started by dead worker %s",
+                            job.id, dead.name)  # fmt: skip
+
+    def _requeue_dequeued_jobs(self, dead: DeadChild, queue: Queue) -> None:
+        """Put back on ``queue`` the jobs left in its intermediate list with no live owner.
+
+        Such a job was taken off the queue by a worker that died before it started the job
+        (RQ records no owner until then). With no other live worker on the queue, ``dead``
+        took it; otherwise any job that gets no execution within the grace lost its worker.
+        """
+        waiting = dequeued_not_started(queue)
+        if not waiting:
+            return
+        if self._other_live_workers(queue, dead.name):
+            deadline = time.monotonic() + self._grace
+            while waiting and time.monotonic() < deadline:
+                time.sleep(_GRACE_POLL_S)
+                still = set(dequeued_not_started(queue))
+                waiting = [rq_job_id for rq_job_id in waiting if rq_job_id in still]
+            why = f"no live worker started it within {self._grace:g} s"
+        else:
+            why = "no other live worker serves its queue"
+        for rq_job_id in waiting:
+            self._requeue(dead, queue, rq_job_id, why)
+
+    def sweep_dequeued(self) -> None:
+        """Put back jobs that sat unstarted in the pool queue's intermediate list too long.
+
+        No worker has to die for this: a worker cut off from Redis while its dequeue (BLMOVE)
+        was answered never receives the job, lives on and dequeues again, and the job waits
+        in the intermediate list for RQ's maintenance, minutes later. A job listed there with
+        no execution for longer than the grace has lost its worker. Should that worker still
+        start it, the run's claim (see ``workers.pipeline._runtime``) keeps the call from
+        running twice.
+        """
+        queue = self._pool_queue()
+        now = time.monotonic()
+        waiting = dequeued_not_started(queue)
+        self._first_seen = {job: self._first_seen.get(job, now) for job in waiting}
+        why = f"no worker started it within {self._grace:g} s of its dequeue"
+        for rq_job_id, since in self._first_seen.items():
+            if now - since >= self._grace:
+                self._requeue(None, queue, rq_job_id, why)
+
+    def _pool_queue(self) -> Queue:
+        return call_queue(self._client, self._keys, self._settings.queue)
+
+    def _requeue(
+        self,
+        dead: DeadChild | None,
+        queue: Queue,
+        rq_job_id: str,
+        why: str,
+        execution: Execution | None = None,
+    ) -> None:
+        if not requeue_dequeued(queue, rq_job_id, execution):
+            return
+        found: dict[str, Any] = {}
+        with contextlib.suppress(NoSuchJobError):
+            job = Job.fetch(rq_job_id, connection=self._client, serializer=JSONSerializer)
+            call = _call_of(job)
+            if call is not None:
+                found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
+        reason = why if dead is None else f"worker {dead.name} {dead.reason}; {why}"
+        events = self._events(dead.name if dead else "pool")
+        events.emit("job_requeued", job_id=rq_job_id, queue=queue.name, reason=reason,
+                    worker_pid=dead.pid if dead else None, by="pool", **found)  # fmt: skip
+        log.warning("toolpool: put job %s back on queue %s: it was taken off by a worker that "
+                    "never started it (%s)", rq_job_id, queue.name, reason)  # fmt: skip
+
+    def _other_live_workers(self, queue: Queue, dead_name: str) -> bool:
+        """Whether a worker other than ``dead_name`` may be taking jobs from ``queue``.
+
+        RQ lists the workers of each queue (each registers before its first dequeue); one
+        whose record is gone or marks its death cannot hold a job. Any other counts as live,
+        even if it may have died unseen (a process id says nothing across hosts or PID
+        namespaces): at worst that costs the grace.
+        """
+        prefix = Worker.redis_worker_namespace_prefix
+        for key in Worker.all_keys(connection=self._client, queue=queue):
+            if key == prefix + dead_name:
+                continue
+            born, death = self._client.hmget(key, ["birth", "death"])
+            if born is not None and death is None:
+                return True
+        return False
+
+    def _forget_worker(self, name: str) -> None:
+        """Mark RQ's record of the worker dead, or the replacement could not register."""
+        worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name,
+                                    connection=self._client, serializer=JSONSerializer)  # fmt: skip
+        if worker is not None:
+            worker.register_death()  # type: ignore[no-untyped-call]
+
+
+def _call_of(job: Job) -> CallJob | None:
+    """The call an RQ job carries, or None if its payload is not one."""
+    try:
+        args = job.args
+        return CallJob.model_validate(args[0]) if len(args) == 1 else None
+    except (ValidationError, ValueError, TypeError, IndexError) as exc:
+        log.warning("toolpool: RQ job %s carries no readable call: %s", job.id, exc)
+        return None
+
+
+def _sweep(token: str) -> set[int]:
+    """SIGKILL every process whose environment carries ``token``; return their pids.
+
+    The children's descendants inherit the variable (a bash command runs in a session of its
+    own, out of reach of the child's process group). A few passes catch processes forked
+    during the previous one.
+    """
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return set()
+    needle = f"\0{TOKEN_ENV}={token}\0".encode()
+    killed: set[int] = set()
+    for _ in range(5):
+        found = False
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                environ = b"\0" + (entry / "environ").read_bytes()
+            except OSError:
+                continue  # gone, or not ours to read
+            if needle in environ:
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+                    killed.add(int(entry.name))
+                    found = True
+        if not found:
+            break
+    if killed:
+        log.warning("toolpool: killed %d leftover processes of a dead worker: %s", len(killed),
+                    sorted(killed))  # fmt: skip
+    return killed

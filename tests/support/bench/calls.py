@@ -1,4 +1,4 @@
-"""Measure toolpool's calls against raw RQ, side by side on one private Redis (issue 4).
+"""Measure toolpool's calls against raw RQ, side by side on one private Redis.
 
 Usage: ``python scripts/bench_calls.py [--calls 2000] [--workers 1,4] [--repeat 3]
 [--samples 200] [--batch-workers 4,8] [--profile] [--quick]``. Prints, in one run:
@@ -59,6 +59,11 @@ def _load() -> str:
     return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+def _spread(values: list[float]) -> str:
+    """``min / median / max`` of ``values``, two decimals each."""
+    return " / ".join(f"{v:.2f}" for v in (min(values), statistics.median(values), max(values)))
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms"
 
@@ -88,10 +93,12 @@ def measure_throughput(bench: Bench, workers: int) -> tuple[float, float]:
             f"(runs: {', '.join(f'{b.rate:.0f}' for b in runs)}; enqueue "
             f"{enqueue_us:.0f} us/call; failed {failed})"
         )
-    bench.out(f"  {workers} worker(s)  toolpool / raw RQ = {tool / raw:.2f}")
+    # Each round ran both sides back to back: its ratio is measured against its own baseline.
+    ratios = _spread([t.rate / r.rate for t, r in zip(tool_runs, raw_runs, strict=True)])
+    bench.out(f"  {workers} worker(s)  toolpool / raw RQ = {ratios} (min / median / max)")
     bench.summary.append(
         f"throughput, {workers} worker(s) a side: toolpool {tool:.0f} calls/s, "
-        f"raw RQ {raw:.0f} calls/s, ratio {tool / raw:.2f}"
+        f"raw RQ {raw:.0f} calls/s, ratio {ratios} (min / median / max of {repeat} runs)"
     )
     return tool, raw
 
@@ -147,6 +154,7 @@ def measure_round_trips(bench: Bench, idle: bool) -> None:
             submits = [submit for submit, _, _ in measured]
             figures[name].append((_pct(totals, 0.5), _pct(totals, 0.95), _pct(submits, 0.5)))
     p50s = {}
+    per_run = [t[0] / r[0] for t, r in zip(figures["toolpool"], figures["raw RQ"], strict=True)]
     for name, runs in figures.items():
         p50, p95, submit = (statistics.median(r[i] for r in runs) for i in range(3))
         p50s[name] = p50
@@ -154,12 +162,12 @@ def measure_round_trips(bench: Bench, idle: bool) -> None:
             f"  {name:<8} p50 {_ms(p50):>9}  p95 {_ms(p95):>9}  (enqueue p50 "
             f"{_ms(submit)}; {samples} x {repeat}; failed {failed[name]})"
         )
-    ratio = p50s["toolpool"] / p50s["raw RQ"]
-    bench.out(f"  toolpool / raw RQ (p50) = {ratio:.2f}")
+    ratios = _spread(per_run)
+    bench.out(f"  toolpool / raw RQ (p50) = {ratios} (min / median / max)")
     how = "one idle worker" if idle else "back to back"
     bench.summary.append(
         f"round trip p50, {how}: toolpool {_ms(p50s['toolpool'])}, "
-        f"raw RQ {_ms(p50s['raw RQ'])}, ratio {ratio:.2f}"
+        f"raw RQ {_ms(p50s['raw RQ'])}, ratio {ratios} (min / median / max of {repeat} runs)"
     )
 
 
@@ -230,7 +238,8 @@ def _header(bench: Bench) -> None:
     bench.out(
         f"cores: {cores} ({usable} usable); throughput workers {args.workers}, "
         f"{args.calls} calls a run in turns of {args.turn_size}, {args.repeat} run(s), "
-        f"medians; SimpleWorker + JSONSerializer on both sides"
+        f"medians, ratios per run as min / median / max; SimpleWorker + JSONSerializer on "
+        "both sides"
     )
     bench.out(f"load average at start: {_load()} (other programs may share these cores)")
 

@@ -20,8 +20,8 @@ from workers import builtin_registry
 
 SNAPSHOT = Path(__file__).parent / "snapshots" / "builtin_tools.json"
 
-# seed 000's table: (is_concurrency_safe, is_read_only, max_result_chars)
-SEED_000_FLAGS = {
+# The built-in tools' flags: (is_concurrency_safe, is_read_only, max_result_chars)
+BUILTIN_FLAGS = {
     "get_weather": (True, True, None),
     "calculator": (True, True, None),
     "read_file": (True, True, 500),
@@ -53,7 +53,7 @@ def test_the_nine_tools_carry_seed_000s_flags() -> None:
         t.name: (t.is_concurrency_safe, t.is_read_only, t.max_result_chars)
         for t in builtin_registry()
     }
-    assert flags == SEED_000_FLAGS
+    assert flags == BUILTIN_FLAGS
 
 
 def test_schemas_match_the_snapshot() -> None:
@@ -65,7 +65,7 @@ def test_schemas_match_the_snapshot() -> None:
     )
 
 
-@pytest.mark.parametrize("tool_name", list(SEED_000_FLAGS))
+@pytest.mark.parametrize("tool_name", list(BUILTIN_FLAGS))
 def test_schema_is_valid_and_refuses_extra_arguments(tool_name: str) -> None:
     schema = builtin_registry().get(tool_name).parameters
     check_schema(schema, tool_name)
@@ -117,9 +117,9 @@ def test_exports_carry_every_tool_in_each_format() -> None:
     openai = export_tools(builtin_registry(), "openai")
     anthropic = export_tools(builtin_registry(), "anthropic")
     mcp = export_tools(builtin_registry(), "mcp")
-    assert [t["function"]["name"] for t in openai] == list(SEED_000_FLAGS)
+    assert [t["function"]["name"] for t in openai] == list(BUILTIN_FLAGS)
     assert all(t["type"] == "function" for t in openai)
-    assert [t["name"] for t in anthropic] == list(SEED_000_FLAGS)
+    assert [t["name"] for t in anthropic] == list(BUILTIN_FLAGS)
     assert all("input_schema" in t for t in anthropic)
     hints = {t["name"]: t["annotations"] for t in mcp}
     assert hints["read_file"] == {

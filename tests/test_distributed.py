@@ -1,10 +1,10 @@
-"""Issue 4's proofs on a real redis-server with real worker processes.
+"""Distributed execution on a real redis-server with real worker processes.
 
 Each test starts its own worker processes (``tests.support.procs.Workers``: ``python -m
 tests.support.procs`` running ``workers.pool._process.run_worker`` with
 ``tests.support.dist_tools:registry``) and stops them by PID.
 What ran where and when is read back from the event stream the workers write: stream order
-for seed 001's "every start before any result", and the lock events' intervals for "an
+for "in a safe batch, every start before any result", and the lock events' intervals for "an
 exclusive call overlaps no other call".
 """
 

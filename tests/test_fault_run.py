@@ -1,4 +1,4 @@
-"""The fault run (issue 5, part 1): the short version, and proof that its checks can fail.
+"""The fault run: the short version, and proof that its checks can fail.
 
 The short run starts a private Redis with AOF, six workers in three pools (two of them behind
 loopback proxies), two orchestrators and ~300 calls, and injects one fault of each kind:

@@ -1,4 +1,4 @@
-"""Issue 5, property-based fuzzing of tool calls through two real worker processes.
+"""Property-based fuzzing of tool calls through two real worker processes.
 
 Hypothesis draws turns of random calls: mostly the nine tools, some unknown names; argument
 dicts with right and wrong types, missing and extra keys, odd unicode, NULs, and paths that try

@@ -1,4 +1,4 @@
-"""Issue 5, hostile input: named cases through real worker processes.
+"""Hostile input: named cases through real worker processes.
 
 Two worker processes (``python -m tests.support.procs NAME tests.test_hostile:registry``) serve
 the whole module; every test sends its cases through ``executor.client._executor.Executor`` and

@@ -1,4 +1,4 @@
-"""The RW lock across real OS processes (issue 3's process proofs), on a real redis-server.
+"""The RW lock across real OS processes, on a real redis-server.
 
 Every contender is a process of its own (``tests/support/lock_proc.py``, run with
 ``python -m``), with its own Redis clients and its own lease keeper thread. Processes that must
@@ -260,18 +260,6 @@ def judge(holds: list[Hold]) -> Verdict:
     return Verdict(exclusive_overlaps, shared_overlaps, regressions)
 
 
-def longest_gap(holds: list[Hold], start: float, end: float) -> float:
-    """The longest stretch of [start, end] during which none of ``holds`` was held."""
-    gap, covered_to = 0.0, start
-    for hold in sorted(holds, key=lambda h: h.start):
-        if hold.start > covered_to:
-            gap = max(gap, min(hold.start, end) - covered_to)
-        covered_to = max(covered_to, hold.end)
-        if covered_to >= end:
-            return gap
-    return max(gap, end - covered_to)
-
-
 def _holds(children: list[Child]) -> list[Hold]:
     return [
         Hold(r["name"], r["mode"], r["start"], r["end"], r["fence"])
@@ -296,11 +284,6 @@ def test_the_oracle_catches_what_it_looks_for() -> None:
     assert pairs == {("c", "e"), ("d", "f")}
     assert [(a.who, b.who) for a, b in verdict.fence_regressions] == [("e", "d")]
     assert verdict.shared_overlaps == 1
-
-    assert longest_gap(clean, 0.0, 5.0) == 0.0
-    assert longest_gap(clean[:2], 0.5, 5.0) == 2.0
-    apart = [Hold("a", "shared", 1.0, 2.0), Hold("b", "shared", 3.5, 4.0)]
-    assert longest_gap(apart, 0.0, 5.0) == 1.5
 
 
 # -- mutual exclusion ---------------------------------------------------------------------
@@ -381,7 +364,7 @@ def test_a_writer_is_not_starved_by_continuous_readers_unless_the_lock_prefers_r
 
     waits: list[float | None] = []
     signals: list[int] = []
-    refused: list[tuple[float, float]] = []
+    waited: list[tuple[float, float]] = []  # each attempt: (asked, granted or gave up)
     for _ in range(attempts):
         wait_for(readers_hold, what="the readers to hold together")
         asked = time.monotonic()
@@ -389,8 +372,9 @@ def test_a_writer_is_not_starved_by_continuous_readers_unless_the_lock_prefers_r
             lease = lock.acquire("exclusive", timeout=2 * _WRITER_BOUND_S)
         except LockTimeout:
             waits.append(None)
-            refused.append((asked, time.monotonic()))
+            waited.append((asked, time.monotonic()))
             continue
+        waited.append((asked, time.monotonic()))
         waits.append(lease.waited_s)
         signals.append(lease.signals)
         lease.release()
@@ -402,17 +386,23 @@ def test_a_writer_is_not_starved_by_continuous_readers_unless_the_lock_prefers_r
     verdict = judge(reads)
     assert verdict.shared_overlaps > 0
     assert verdict.exclusive_overlaps == []
+    # Reader holds granted while the writer waited: under the fair lock only readers queued
+    # before it (one request at most per reader process); under the read-preferring one,
+    # every reader that asks. This holds however the machine schedules the processes.
+    overtakes = [sum(1 for h in reads if asked < h.start < until) for asked, until in waited]
     within = [w for w in waits if w is not None and w <= _WRITER_BOUND_S]
     if policy == "fair":
+        assert max(overtakes) <= _READERS, f"readers passed a queued writer: {overtakes}"
         assert len(within) == attempts, f"writer waits {waits}, bound {_WRITER_BOUND_S:.3f} s"
         # Each grant was a hand-off from the last reader out, through one signal.
         assert signals == [1] * attempts
     else:
-        assert within == [], f"a read-preferring lock granted a writer in time: {waits}"
-        # Refused because some reader held at every moment it asked (only the instants between
-        # one reader's release and its next grant, about a millisecond, were free).
-        gaps = [longest_gap(reads, asked, gave_up) for asked, gave_up in refused]
-        assert max(gaps, default=0.0) < 0.05, gaps
+        # Readers kept passing the queued writer, more than a fair lock ever lets through;
+        # it got in only when, by chance, no reader held (a busy machine makes such gaps).
+        assert max(overtakes) > _READERS, f"no reader passed the writer: {overtakes}, {waits}"
+        for (asked, until), passed, wait in zip(waited, overtakes, waits, strict=True):
+            if wait is None:
+                assert passed > 0, f"refused at {asked:.3f}-{until:.3f}, no reader passing"
 
 
 # -- no thundering herd -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Issue 5 §4: Redis stops for longer than a lease and starts again.
+"""Redis stops for longer than a lease and starts again.
 
 Workers reconnect by themselves; an orchestrator gets its results, or a clear
 ``RedisUnavailable`` at its own deadline, never a hang; nothing is re-run silently. The Redis

@@ -22,6 +22,7 @@ from executor.client import Executor
 from tests.support import dist_tools
 from tests.support.expect import ok
 from tests.support.procs import Workers, events, named, wait_for_event
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.proof  # worker processes paused past their leases
 
@@ -61,10 +62,13 @@ def test_a_read_that_lost_its_lease_is_run_again_and_answers(
     settings: Settings, pool: Workers, client: redis.Redis
 ) -> None:
     [worker] = pool.start(1)
-    call = {"id": "r", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": 2000}}
+    started = Path(settings.workspace).parent / "started"
+    call = {"id": "r", "name": "slow_read",
+            "arguments": {"path": "a.txt", "delay_ms": 2000, "started": str(started)}}  # fmt: skip
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([call])
-        wait_for_event(client, "tool_execution_started", "r")
+        # The tool itself runs (not only its start event): the pause lands inside the read.
+        wait_for(started.exists, "slow_read to run")
         _pause_past_the_lease(worker.pid)
         [result] = executor.collect(turn, timeout=60)
 
@@ -83,7 +87,8 @@ def test_a_call_with_side_effects_that_lost_its_lease_is_not_run_again(
     call = {"id": "b", "name": "bash", "arguments": {"command": "echo ran >> runs.txt; sleep 3"}}
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([call])
-        wait_for_event(client, "tool_execution_started", "b")
+        # bash itself runs (it wrote its line), not only its start event.
+        wait_for((Path(settings.workspace) / "runs.txt").exists, "bash to run")
         _pause_past_the_lease(worker.pid)
         [result] = executor.collect(turn, timeout=60)
 

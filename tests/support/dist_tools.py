@@ -36,8 +36,15 @@ def slow_read(
     delay_ms: Annotated[int, Field(ge=0, le=10_000, description="Pause before reading.")] = (
         SLOW_READ_MS
     ),
+    started: Annotated[
+        str | None, Field(description="A file to create once the tool runs (for tests).")
+    ] = None,
 ) -> str:
     """Read a text file after a pause, so that parallel reads visibly overlap."""
+    if started is not None:
+        # The tool_execution_started event comes just before the tool's thread runs; a test
+        # that must act while the tool itself runs waits for this file instead.
+        Path(started).touch()
     if ctx.cancelled.wait(delay_ms / 1000):
         raise ToolError("slow_read was cancelled before it read the file.")
     target = ctx.workspace.resolve(path)

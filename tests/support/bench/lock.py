@@ -1,4 +1,4 @@
-"""Measure toolpool's distributed reader/writer lock on a private redis-server (issue 3).
+"""Measure toolpool's distributed reader/writer lock on a private redis-server .
 
 Usage: ``python scripts/bench_lock.py [--runs 2000] [--hand-offs 300] [--seconds 3]
 [--rp-attempts 3]``. Starts its own redis-server (unix socket, nothing persisted), then prints:
@@ -8,7 +8,7 @@ Usage: ``python scripts/bench_lock.py [--runs 2000] [--hand-offs 300] [--seconds
   (``time.monotonic()`` is one clock for every process on Linux, so the two ends compare);
 - throughput under contention at 8 and 16 processes, 25% exclusive, zero-length holds;
 - a writer's wait while six reader processes hold continuously with overlapping 20-40 ms holds,
-  for the fair lock and, in the same run, for ``policy="read_preferring"`` (the seed's lock);
+  for the fair lock and, in the same run, for ``policy="read_preferring"`` (readers first);
 - the wake-ups spent draining 20 writers queued in 20 processes.
 
 Children are started with multiprocessing's "spawn" method (fresh interpreters, no inherited

@@ -13,9 +13,11 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -24,7 +26,9 @@ from executor.client import Executor
 from executor.wire import read_events
 from tests.support.ports import free_port_url
 from tests.support.waiting import gone, wait_for
+from workers.cli import _worker
 from workers.cli._worker import up_command, worker_command
+from workers.pool._pool import PoolChild
 
 ROOT = Path(__file__).resolve().parent.parent
 # The CLI as a process. Once executor.cli attaches these commands, this becomes
@@ -208,6 +212,78 @@ def test_up_with_an_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1
     assert f"Redis at {url} does not answer" in result.output
+    assert "Check the URL (--redis or TOOLPOOL_REDIS_URL)" in result.output
+    # Whoever reads this is running `toolpool up`: no advice to run it.
+    assert "toolpool up" not in result.output
+
+
+@pytest.mark.parametrize("command", [up_command, worker_command])
+def test_a_redis_url_that_does_not_parse_is_a_usage_error(
+    command: click.Command, tmp_path: Path
+) -> None:
+    result = CliRunner().invoke(
+        command, ["--redis", "http://x", "--workspace", str(tmp_path)], env=_no_env()
+    )
+    assert result.exit_code == 2
+    assert "Invalid Redis URL http://x (--redis or TOOLPOOL_REDIS_URL)" in result.output
+    assert "toolpool up" not in result.output
+
+
+def test_worker_without_a_workspace_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not the current folder by default: a worker started in the wrong place would join the
+    # queue and the lock scope, serving the wrong files.
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(worker_command, ["--redis", free_port_url()], env=_no_env())
+    assert result.exit_code == 2, result.output
+    assert "Missing option '--workspace'" in result.output
+    assert "TOOLPOOL_WORKSPACE" in result.output
+    assert "does not answer" not in result.output  # it stopped before looking for Redis
+
+
+def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None:
+    # As docker-compose.yml and the Dockerfile give it: TOOLPOOL_WORKSPACE, no option.
+    result = CliRunner().invoke(
+        worker_command,
+        ["--redis", free_port_url()],
+        env={**_no_env(), "TOOLPOOL_WORKSPACE": str(tmp_path)},
+    )
+    assert result.exit_code == 1, result.output
+    assert "does not answer" in result.output  # past the workspace, on to Redis
+
+
+class _StubPool:
+    """Stands in for the pool: the banner is printed, nothing is started."""
+
+    def run(self, on_start: Callable[[list[PoolChild]], None]) -> None:
+        on_start([])
+
+
+@pytest.mark.parametrize(("count", "words"), [
+    (1, "1 worker process (calls run in the worker process)"),
+    (2, "2 worker processes (calls run in the worker processes)"),
+])  # fmt: skip
+@pytest.mark.parametrize("command", ["up", "worker"])
+def test_the_banner_counts_worker_processes_in_words(
+    command: str,
+    count: int,
+    words: str,
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_worker, "_build_pool", lambda *args: _StubPool())
+    monkeypatch.chdir(tmp_path)  # `up`'s default workspace
+    args = ["--redis", redis_url, "--workers", str(count)]
+    if command == "worker":
+        args += ["--workspace", str(tmp_path)]
+    result = CliRunner().invoke(
+        up_command if command == "up" else worker_command, args, env=_no_env()
+    )
+    assert result.exit_code == 0, result.output
+    assert f"toolpool {command}: {words}" in result.output
+    assert f"workspace {tmp_path}" in result.output
 
 
 def test_up_without_a_redis_server_binary_says_what_to_install(

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from executor import Settings
+from executor import Settings, ToolpoolError
 from executor.client import Executor
 from executor.wire import Event, ToolCall, ToolResult, read_events
 
@@ -46,7 +46,8 @@ def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.
         pool = WorkerPool(server.url, settings, workers=workers)
         pool.start()
         try:
-            echo(f"toolpool demo: Redis at {server.url}, {workers} worker processes, "
+            processes = "process" if workers == 1 else "processes"
+            echo(f"toolpool demo: Redis at {server.url}, {workers} worker {processes}, "
                  f"workspace {workspace}\n")  # fmt: skip
             pool.wait_ready(timeout=30)
             with Executor(settings=settings) as executor:
@@ -67,6 +68,8 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
         [ToolCall(id="pyproject", name="read_file", arguments={"path": "pyproject.toml"})]
     )
     _show(read, echo, lines=30)
+    if read.truncated:
+        _kept(executor, read, echo)
 
     echo("\n3. Concurrency: one turn, calls in order; safe calls share the lock, writes are alone")
     scratch = str(SCRATCH / "notes.md")
@@ -97,9 +100,20 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
     echo(f"   {big.original_chars:,} characters out, {len(big.content):,} shown: "
          f"{len(head):,} from the head, {len(rest):,} from the tail")  # fmt: skip
     echo(f"   marker: ... [{marker}] ...")
-    full = executor.full_output("big") or ""
-    echo(f"   the full output is kept on Redis: {len(full):,} characters "
-         "(`toolpool output big`)")  # fmt: skip
+    _kept(executor, big, echo)
+    echo("   With a running pool (`toolpool up`, or `toolpool worker` on your Redis), read a\n"
+         "   truncated call's full output with `toolpool output CALL_ID`. This demo's Redis\n"
+         "   stops when it ends, and the full outputs kept on it go with it.")  # fmt: skip
+
+
+def _kept(executor: Executor, result: ToolResult, echo: Callable[[str], None]) -> None:
+    """Read the full output of a truncated result back while the demo's Redis still runs."""
+    full = executor.full_output(result.call_id)
+    if full is None:
+        echo(f"   (the full output of {result.call_id!r} was not kept on Redis)")
+        return
+    echo(f"   the full output was kept on the demo's Redis while it ran: {len(full):,} "
+         "characters, read back from it")  # fmt: skip
 
 
 def _show(result: ToolResult, echo: Callable[[str], None], *, lines: int) -> None:
@@ -152,10 +166,23 @@ def _timeline(spans: list[_Span], echo: Callable[[str], None]) -> None:
              f"{span.worker}")  # fmt: skip
 
 
+def peak_concurrency(spans: Iterable[tuple[float, float]]) -> int:
+    """The most spans ``(start, end)`` open at one instant (a sweep over their end points).
+
+    A span holds ``[start, end)``: one that ends when another starts never overlaps it.
+    """
+    points = sorted(
+        point for start, end in spans for point in ((start, 1), (end, -1))
+    )  # at the same instant, -1 sorts first: ends before starts
+    peak = running = 0
+    for _, step in points:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 def _verdict(spans: list[_Span], echo: Callable[[str], None]) -> None:
-    shared = [s for s in spans if s.mode == "shared"]
-    peak = max((sum(1 for o in shared if o.start < s.end and s.start < o.end)
-                for s in shared), default=0)  # fmt: skip
+    peak = peak_concurrency((s.start, s.end) for s in spans if s.mode == "shared")
     echo(f"   shared calls running at once, at most: {peak}")
     for span in spans:
         if span.mode != "exclusive":
@@ -173,4 +200,8 @@ def _verdict(spans: list[_Span], echo: Callable[[str], None]) -> None:
 def demo_command(workers: int, workspace: Path) -> None:
     """Show a pool at work on an embedded Redis: parallel reads, a capped read, a write
     alone, truncation; then clean up."""
-    run_demo(workspace, workers)
+    try:
+        run_demo(workspace, workers)
+    except (ToolpoolError, TimeoutError) as exc:
+        # No redis-server to start, one that would not start, workers not ready in time.
+        raise click.ClickException(str(exc)) from None

@@ -69,15 +69,28 @@ def _pool_options(command: F) -> F:
     return command
 
 
+class _WorkspacePath(click.Path):
+    """A folder that must exist; when the option is required and missing, says how to give it."""
+
+    def get_missing_message(self, param: click.Parameter, ctx: click.Context | None) -> str:
+        return (
+            "Pass --workspace DIR or set TOOLPOOL_WORKSPACE to the folder the file tools may "
+            "touch (a worker never defaults to the current folder)."
+        )
+
+
 def _workspace_option(default: str | None) -> Callable[[F], F]:
+    """``--workspace``: required when ``default`` is None (``worker``), else defaulted (``up``)."""
+    # Click 8.3+ takes an explicit ``default=None`` as a value, which would satisfy
+    # ``required``: pass a default only when there is one.
+    defaults: dict[str, Any] = {"default": default, "show_default": True} if default else {}
     return click.option(
         "--workspace",
-        type=click.Path(exists=True, file_okay=False, path_type=Path, resolve_path=True),
+        type=_WorkspacePath(exists=True, file_okay=False, path_type=Path, resolve_path=True),
         envvar="TOOLPOOL_WORKSPACE",
         required=default is None,
-        default=default,
-        show_default=default is not None,
         help="The folder the file tools may touch; it must exist (env TOOLPOOL_WORKSPACE).",
+        **defaults,
     )
 
 
@@ -114,11 +127,11 @@ def worker_command(
     url = require_redis(settings)
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
-    _check_redis(url)
+    _check_redis(url, _WORKER_HINT)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     click.echo(
-        f"toolpool worker: {workers} worker processes ({_mode(fork)}) on {shown_url(url)}, "
+        f"toolpool worker: {_processes(workers)} ({_mode(fork, workers)}) on {shown_url(url)}, "
         f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
     )
     click.echo(f"toolpool worker: {served.describe()}")
@@ -159,7 +172,7 @@ def up_command(
     _setup_logging(log_level)
     server: RedisServer | None = None
     if settings.redis_url:
-        _check_redis(settings.redis_url)
+        _check_redis(settings.redis_url, _UP_HINT)
         url = settings.redis_url
         click.echo(f"toolpool up: Redis at {shown_url(url)}")
     else:
@@ -169,7 +182,7 @@ def up_command(
                    f"{server.tcp_url} and {server.url}")  # fmt: skip
     try:
         pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
-        click.echo(f"toolpool up: {workers} worker processes ({_mode(fork)}), "
+        click.echo(f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
                    f"workspace {settings.workspace}")  # fmt: skip
         click.echo(f"toolpool up: {served.describe()}")
         if server is not None:
@@ -257,27 +270,43 @@ def _check_names(settings: Settings) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-def _check_redis(url: str) -> None:
+# What to check when the Redis URL does not answer, for each command.
+_WORKER_HINT = (
+    "Check the URL (--redis or TOOLPOOL_REDIS_URL) and that Redis runs there; on one machine, "
+    "`toolpool up` starts a private Redis with its own workers."
+)
+_UP_HINT = (
+    "Check the URL (--redis or TOOLPOOL_REDIS_URL), that Redis runs there and that this "
+    "machine can reach it."
+)
+
+
+def _check_redis(url: str, hint: str) -> None:
     shown = shown_url(url)
     try:
         client = redis.Redis.from_url(
             url, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0)
         )
     except ValueError as exc:
-        raise click.UsageError(f"Invalid Redis URL {shown}: {exc}") from None
+        raise click.UsageError(
+            f"Invalid Redis URL {shown} (--redis or TOOLPOOL_REDIS_URL): {exc}"
+        ) from None
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise click.ClickException(
-            f"Redis at {shown} does not answer ({exc}). Check the URL (--redis or "
-            "TOOLPOOL_REDIS_URL) and that Redis runs there; `toolpool up` starts a local one."
-        ) from None
+        raise click.ClickException(f"Redis at {shown} does not answer ({exc}). {hint}") from None
     finally:
         client.close()
 
 
-def _mode(fork: bool) -> str:
-    return "a forked process per call" if fork else "calls run in the worker processes"
+def _processes(count: int) -> str:
+    return f"{count} worker process" if count == 1 else f"{count} worker processes"
+
+
+def _mode(fork: bool, workers: int) -> str:
+    if fork:
+        return "a forked process per call"
+    return "calls run in the worker process" + ("" if workers == 1 else "es")
 
 
 def _setup_logging(level: str) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,15 +32,33 @@ run_worker(settings.redis_url, settings, builtin_registry(), name=sys.argv[1])
 """
 
 
-@pytest.fixture
-def served(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """A worker process serving a workspace; yields the environment the CLI needs."""
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "hello.txt").write_text("hello\nworld\n")
+# The built-in tools and one whose calls set their own time limit, published with a default
+# and a maximum (as ``pause``'s schema: "default": 5, "maximum": 120).
+WORKER_WITH_PAUSE = """
+import sys, time
+from typing import Annotated
+from pydantic import Field
+from executor import Settings
+from workers import builtin_registry
+from workers.pool._process import run_worker
+registry = builtin_registry()
+
+@registry.tool(timeout=200, timeout_argument="seconds")
+def pause(seconds: Annotated[float, Field(gt=0, le=120)] = 5) -> str:
+    \"\"\"Wait a while.\"\"\"
+    return "paused"
+
+settings = Settings.from_env()
+run_worker(settings.redis_url, settings, registry, name=sys.argv[1])
+"""
+
+
+@contextmanager
+def serving(redis_url: str, workspace: Path, script: str = WORKER) -> Iterator[dict[str, str]]:
+    """A worker process serving ``workspace``; yields the environment the CLI needs."""
     env = {"TOOLPOOL_REDIS_URL": redis_url, "TOOLPOOL_WORKSPACE": str(workspace)}
     worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, "cli-worker"], env={**os.environ, **env}
+        [sys.executable, "-c", script, "cli-worker"], env={**os.environ, **env}
     )
     client = redis.Redis.from_url(redis_url)
     try:
@@ -50,6 +70,21 @@ def served(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
         client.close()
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    (folder / "hello.txt").write_text("hello\nworld\n")
+    return folder
+
+
+@pytest.fixture
+def served(redis_url: str, workspace: Path) -> Iterator[dict[str, str]]:
+    """A worker process serving a workspace; yields the environment the CLI needs."""
+    with serving(redis_url, workspace) as env:
+        yield env
 
 
 NINE = [
@@ -177,3 +212,76 @@ def test_error_messages_never_show_the_redis_password() -> None:
         assert result.exit_code == 1, (args, result.output)
         assert "redis://:***@127.0.0.1:1/0" in result.output, (args, result.output)
         assert "hunter2secret" not in result.output, args
+
+
+# -- a turn's bad calls are answered; a time limit a call may set; waiting for a worker ---------
+
+
+def test_run_answers_arguments_that_are_not_json_and_runs_the_rest(
+    served: dict[str, str],
+) -> None:
+    calls = [
+        {"id": "cut", "type": "function",
+         "function": {"name": "read_file", "arguments": '{"path": "hel'}},
+        {"id": "arr", "name": "read_file", "arguments": "[1,2]"},
+        {"id": "ok", "name": "read_file", "arguments": {"path": "hello.txt"}},
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, ["run", "-"], input=json.dumps(calls), env=served)
+    assert result.exit_code == 0, result.output
+    cut, arr, ok = (json.loads(line) for line in result.output.splitlines())
+    assert (cut["call_id"], cut["error_type"]) == ("cut", "invalid_arguments")
+    assert cut["content"] == (
+        "Invalid arguments for tool 'read_file':\n- arguments are not valid JSON: "
+        "Unterminated string starting at: line 1 column 10 (char 9)\n"
+        "Fix the arguments and call the tool again."
+    )
+    assert "arguments must be a JSON object, not an array" in arr["content"]
+    assert (ok["status"], ok["content"]) == ("ok", "hello\nworld\n")
+
+
+def test_tools_table_shows_a_settable_time_limit_by_default_and_maximum(
+    redis_url: str, workspace: Path
+) -> None:
+    with serving(redis_url, workspace, WORKER_WITH_PAUSE) as env:
+        result = CliRunner().invoke(main, ["tools"], env=env)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = re.split(r"\s{2,}", lines[1])
+    column = header.index("TIME LIMIT")
+    limits = {row[0]: row[column] for row in (re.split(r"\s{2,}", line) for line in lines[2:])}
+    assert limits["pause"] == "5s (seconds argument, up to 120s)"
+    assert limits["read_file"] == "30s"
+    # bash: 600 s is the most a call may ask for, not the limit a call gets. (What it shows
+    # first depends on whether its schema publishes the default: see test_cli.py.)
+    assert "up to 600s" in limits["bash"]
+    assert "timeout argument" in limits["bash"]
+    assert not limits["bash"].startswith("600s")
+
+
+def _smembers_calls(client: redis.Redis) -> int:
+    stats: dict[str, dict[str, int]] = client.info("commandstats")
+    return int(stats.get("cmdstat_smembers", {}).get("calls", 0))
+
+
+def test_call_with_wait_for_workers_waits_for_one(redis_url: str, workspace: Path) -> None:
+    client = redis.Redis.from_url(redis_url)
+    read_before = _smembers_calls(client)
+    command = [sys.executable, "-m", "executor.cli", "call", "calculator",
+               "--args", '{"expression": "6*7"}', "--wait-for-workers", "120"]  # fmt: skip
+    cli = subprocess.Popen(command, env={**os.environ, "TOOLPOOL_REDIS_URL": redis_url},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        # Two reads of the catalog: the first found no worker, so the call is waiting.
+        wait_for(lambda: _smembers_calls(client) >= read_before + 2 or cli.poll() is not None,
+                 "the call to look for a worker twice", timeout=60)  # fmt: skip
+        assert cli.poll() is None, cli.communicate()
+        assert client.llen("rq:queue:toolpool.default") == 0
+        with serving(redis_url, workspace):
+            out, err = cli.communicate(timeout=120)
+    finally:
+        client.close()
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == 0, err
+    assert json.loads(out)["content"] == "6*7 = 42"

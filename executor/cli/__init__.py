@@ -25,8 +25,8 @@ from executor.cli._common import (
 )
 from executor.cli._lock import lock as lock_group
 from executor.cli._ops import events_command, status_command
-from executor.client import Executor
-from executor.contract import FORMATS, SchemaFormat, export_tools
+from executor.client import Executor, TurnError
+from executor.contract import FORMATS, SchemaFormat, ToolInfo, export_tools
 from executor.wire import ToolCall, parse_call
 
 
@@ -98,16 +98,13 @@ def tools_command(fmt: str, redis_url: str | None, prefix: str | None) -> None:
     policy = settings.truncation
     rows = [("TOOL", "MODE", "READ-ONLY", "MAX CHARS", "TIME LIMIT", "WORKERS", "DESCRIPTION")]
     for item in catalog.tools():
-        limit = f"{item.timeout:g}s"
-        if item.timeout_argument:
-            limit += f" (its {item.timeout_argument} argument may ask more)"
         rows.append(
             (
                 item.name,
                 "shared" if item.is_concurrency_safe else "exclusive",
                 "yes" if item.is_read_only else "no",
                 str(policy.limit_for(item.max_result_chars)),
-                limit,
+                time_limit_text(item),
                 str(catalog.serving(item.name)),
                 item.description.splitlines()[0] if item.description else "",
             )
@@ -116,6 +113,38 @@ def tools_command(fmt: str, redis_url: str | None, prefix: str | None) -> None:
     for row in rows:
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:6])]
         click.echo("  ".join([*cells, row[6]]))
+
+
+def time_limit_text(tool: ToolInfo) -> str:
+    """A tool's time limit as the table shows it: ``30s``; for a tool whose calls set their
+    own limit, the default and the maximum its schema publishes for that argument:
+    ``10s (timeout argument, up to 600s)``."""
+    if not tool.timeout_argument:
+        return f"{tool.timeout:g}s"
+    argument = tool.timeout_argument
+    schema = tool.parameters.get("properties", {}).get(argument, {})
+    default = _schema_number(schema, "default")
+    # Without a published maximum, the tool's own limit is the most a call gets.
+    maximum = _schema_number(schema, "maximum")
+    most = f"up to {(tool.timeout if maximum is None else maximum):g}s"
+    if default is None:
+        return f"{most} (set by its {argument} argument)"
+    return f"{default:g}s ({argument} argument, {most})"
+
+
+def _schema_number(schema: Any, keyword: str) -> float | None:
+    """A number ``keyword`` of a property's schema, or of one of its ``anyOf``/``oneOf``
+    branches (pydantic puts an optional number's bounds there)."""
+    if not isinstance(schema, dict):
+        return None
+    value = schema.get(keyword)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    for branch in [*schema.get("anyOf", []), *schema.get("oneOf", [])]:
+        found = _schema_number(branch, keyword)
+        if found is not None:
+            return found
+    return None
 
 
 wait_option = click.option(
@@ -182,7 +211,10 @@ def run_command(
     settings = settings_for(redis_url, prefix)
     require_redis(settings)
     with talking_to(settings), _executor(settings, jsonl, wait=wait_for_workers) as executor:
-        results = executor.run(calls, timeout=timeout)
+        try:
+            results = executor.run(calls, timeout=timeout)
+        except TurnError as exc:  # e.g. two calls with one id: the input's mistake
+            raise click.UsageError(str(exc)) from None
     for result in results:
         click.echo(result.model_dump_json())
 
@@ -217,16 +249,12 @@ def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.
 
 
 def _read_calls(text: str) -> list[ToolCall]:
-    stripped = text.strip()
-    if not stripped:
-        raise click.UsageError("No tool calls in the input.")
-    try:
-        if stripped.startswith("["):
-            items = json.loads(stripped)
-        else:
-            items = [json.loads(line) for line in stripped.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise click.UsageError(f"The input is not a JSON array or JSON lines: {exc}") from None
+    """The calls in ``run``'s input; a usage error naming the first mistake (and its call)."""
+    items = _read_items(text)
+    if not items:
+        raise click.UsageError(
+            "No tool calls in the input: give a JSON array of calls, or one call per line."
+        )
     calls = []
     for number, item in enumerate(items, 1):
         try:
@@ -234,6 +262,32 @@ def _read_calls(text: str) -> list[ToolCall]:
         except ValueError as exc:
             raise click.UsageError(f"Call {number} is not a tool call: {exc}") from None
     return calls
+
+
+def _read_items(text: str) -> list[Any]:
+    """The JSON values in ``text``: one document (an array of calls, or one call), else JSON
+    lines, one call a line."""
+    stripped = text.strip()
+    if not stripped:
+        return []
+    try:
+        whole = json.loads(stripped)
+    except (ValueError, RecursionError) as exc:
+        if stripped.startswith("["):
+            raise click.UsageError(f"The input is not a JSON array or JSON lines: {exc}") from None
+    else:
+        return whole if isinstance(whole, list) else [whole]
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append(json.loads(line))
+        except (ValueError, RecursionError) as exc:
+            raise click.UsageError(
+                f"The input is not a JSON array or JSON lines: line {number} is not JSON ({exc})."
+            ) from None
+    return items
 
 
 if __name__ == "__main__":

@@ -172,10 +172,27 @@ def _print_status(report: dict[str, Any]) -> None:
 
 
 def _event_line(item: Event) -> str:
-    when = datetime.datetime.fromtimestamp(item.ts).strftime("%H:%M:%S.%f")[:-3]
-    extra = " ".join(f"{k}={v}" for k, v in item.data.items() if k != "arguments")
-    who = f"{item.worker}" if item.worker else ""
-    return f"{when} {item.event:22} {item.tool:14} call={item.call_id} {who} {extra}".rstrip()
+    """One event for a person: local times with milliseconds, no field that holds None."""
+    extra = " ".join(
+        f"{key}={_shown(key, value)}"
+        for key, value in item.data.items()
+        if key != "arguments" and value is not None
+    )
+    call = f"call={item.call_id}" if item.call_id else ""
+    parts = [_clock(item.ts), f"{item.event:22}", f"{item.tool:14}", call, item.worker, extra]
+    return " ".join(part for part in parts if part).rstrip()
+
+
+def _shown(key: str, value: Any) -> str:
+    """A data field's value as text; a time (``released_at``) as a local clock time."""
+    if key.endswith("_at") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _clock(value)
+    return str(value)
+
+
+def _clock(ts: float) -> str:
+    """An epoch time as local clock time with milliseconds: ``14:03:27.512``."""
+    return datetime.datetime.fromtimestamp(ts).isoformat(timespec="milliseconds")[11:]
 
 
 def _recent_id(client: redis.Redis, keys: Keys, count: int) -> str:

@@ -190,11 +190,15 @@ class Executor:
     def submit(self, calls: Iterable[ToolCall | dict[str, Any]]) -> Turn:
         """Check, approve and enqueue a turn; return at once (``collect`` waits).
 
+        Raises ``TurnError``, and submits nothing, for an item that is no tool call (no tool
+        name, keys of no known form) or two calls with one id; a call whose arguments are not
+        a JSON object is answered ``invalid_arguments`` like any other bad call.
+
         Raises ``RedisUnavailable`` if Redis cannot be reached: before the turn's plan is
         stored nothing runs; after it, the error names the turn, whose enqueued calls run and
         whose other calls ``collect`` answers ``cancelled`` ("never enqueued").
         """
-        parsed = [parse_call(item) for item in calls]
+        parsed = _parse_calls(calls)
         _refuse_duplicate_ids(parsed)
         turn_id = new_turn_id()
         progress = _Progress()
@@ -350,6 +354,8 @@ class Executor:
             tool = self._lookup(call.name)
         except UnknownToolError as exc:
             return refusals.unknown_tool(call, exc)
+        if call.arguments_error is not None:  # not JSON, or not an object: never enqueued
+            return refusals.invalid_arguments(call, [call.arguments_error])
         try:
             tool.validate_arguments(call.arguments)
         except InvalidArgumentsError as exc:
@@ -452,6 +458,21 @@ class Executor:
             if item.turn_id == turn.turn_id:
                 self._jsonl_handle.write(item.to_json_line() + "\n")
         self._jsonl_handle.flush()
+
+
+def _parse_calls(calls: Iterable[ToolCall | dict[str, Any]]) -> list[ToolCall]:
+    """The turn's calls as ``ToolCall``s; ``TurnError`` naming the first that is none.
+
+    A call whose arguments cannot be read is kept (``arguments_error``) and answered
+    ``invalid_arguments``; only what has no tool name to answer to fails the whole turn.
+    """
+    parsed = []
+    for number, item in enumerate(calls, 1):
+        try:
+            parsed.append(parse_call(item))
+        except ValueError as exc:
+            raise TurnError(f"Call {number} is not a tool call: {exc}") from None
+    return parsed
 
 
 def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:

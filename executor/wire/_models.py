@@ -7,7 +7,7 @@ import uuid
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 
 class ToolStatus(str, Enum):
@@ -38,7 +38,13 @@ def new_call_id() -> str:
 
 
 class ToolCall(BaseModel):
-    """One tool call as a model asked for it."""
+    """One tool call as a model asked for it.
+
+    ``arguments_error`` says why the arguments a model sent could not be read (not JSON, or
+    not a JSON object); ``parse_call`` keeps such a call, with its id and name, so that it can
+    be answered ``invalid_arguments`` like any other bad call. It is no field: it never
+    crosses Redis, and such a call is answered by the client, never enqueued.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -46,15 +52,21 @@ class ToolCall(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     arguments: dict[str, Any] = Field(default_factory=dict)
 
+    _arguments_error: str | None = PrivateAttr(default=None)
+
+    @property
+    def arguments_error(self) -> str | None:
+        """Why the arguments as sent could not be read, or None if they could."""
+        return self._arguments_error
+
     @field_validator("arguments", mode="before")
     @classmethod
     def _decode_json_arguments(cls, value: Any) -> Any:
         # OpenAI's API returns arguments as a JSON string; accept that form too.
         if isinstance(value, str):
-            try:
-                decoded = json.loads(value) if value.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"arguments are not valid JSON: {exc.msg}") from None
+            decoded, problem = _read_arguments(value)
+            if problem is not None:
+                raise ValueError(problem)
             return decoded
         return value
 
@@ -90,26 +102,97 @@ class ToolResult(BaseModel):
         )  # fmt: skip
 
 
+def _read_arguments(value: Any) -> tuple[dict[str, Any], str | None]:
+    """Arguments as a model sent them (an object, or the JSON text of one, as OpenAI sends
+    them) and what is wrong with them: ``({}, problem)`` when they are no JSON object."""
+    if isinstance(value, str):
+        if not value.strip():
+            return {}, None
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            return {}, f"arguments are not valid JSON: {exc}"
+        except (ValueError, RecursionError) as exc:  # digits past int's limit, deep nesting
+            return {}, f"arguments are not valid JSON: {str(exc) or type(exc).__name__}"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, not {_json_kind(value)}"
+    return value, None
+
+
 def parse_call(item: ToolCall | dict[str, Any]) -> ToolCall:
     """A ``ToolCall`` from the forms LLM APIs return.
 
     Accepted: a ``ToolCall``; ``{"id", "name", "arguments"}``; an OpenAI tool call
     ``{"id", "type": "function", "function": {"name", "arguments": "<json>"}}``; an Anthropic
     ``tool_use`` block ``{"type": "tool_use", "id", "name", "input": {...}}``.
+
+    Arguments that cannot be read (JSON text that does not parse, or JSON that is no object)
+    do not fail the call: it is kept, with its id and name, and ``arguments_error`` says what
+    is wrong, for an ``invalid_arguments`` answer. What is no tool call at all (no name,
+    unknown keys, not a dict) raises ``ValueError`` saying what is wrong, without pydantic's
+    wording.
     """
     if isinstance(item, ToolCall):
         return item
     if not isinstance(item, dict):
-        raise ValueError(f"A tool call must be a ToolCall or a dict, got {type(item).__name__}")
+        raise ValueError(f"it is {_json_kind(item)}, not an object. {_FORMS}")
     if isinstance(item.get("function"), dict):
         function = item["function"]
-        data = {"name": function.get("name"), "arguments": function.get("arguments", {})}
-        if "id" in item:
-            data["id"] = item["id"]
-        return ToolCall.model_validate(data)
-    if item.get("type") == "tool_use" or "input" in item:
-        data = {"name": item.get("name"), "arguments": item.get("input", {})}
-        if "id" in item:
-            data["id"] = item["id"]
-        return ToolCall.model_validate(data)
-    return ToolCall.model_validate(item)
+        fields = {"name": function.get("name"), "arguments": function.get("arguments", {})}
+        where = {"name": "function.name", "arguments": "function.arguments"}
+    elif item.get("type") == "tool_use" or "input" in item:
+        fields = {"name": item.get("name"), "arguments": item.get("input", {})}
+        where = {"arguments": "input"}
+    else:
+        fields = {key: value for key, value in item.items() if key != "id"}
+        where = {}
+    if item.get("id") is not None:
+        fields["id"] = item["id"]
+    if fields.get("name") is None:
+        fields.pop("name", None)  # said as "has no tool name", not "not a valid string"
+    arguments, problem = _read_arguments(fields.get("arguments", {}))
+    fields["arguments"] = arguments
+    try:
+        call = ToolCall.model_validate(fields)
+    except ValidationError as exc:
+        raise ValueError(f"{_problems(exc, where)}. {_FORMS}") from None
+    if problem is not None:
+        call._arguments_error = problem
+    return call
+
+
+_FORMS = (
+    'A call is {"id", "name", "arguments"}, an OpenAI tool call or an Anthropic tool_use block.'
+)
+
+
+def _problems(exc: ValidationError, where: dict[str, str]) -> str:
+    """Each problem pydantic found, in plain words and without its documentation links."""
+    said = []
+    for error in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in error["loc"])
+        field = where.get(field, field)
+        if field.endswith("name") and error["type"] in ("missing", "string_too_short"):
+            said.append("it has no tool name")
+        elif error["type"] == "missing":
+            said.append(f"{field!r} is missing")
+        elif error["type"] == "extra_forbidden":
+            said.append(f"unexpected key {field!r}")
+        else:
+            said.append(f"{field!r}: {error['msg']}")
+    return "; ".join(said)
+
+
+def _json_kind(value: Any) -> str:
+    """What ``value`` is, in JSON's words: "an array", "a string", "null"..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return f"a {type(value).__name__}"

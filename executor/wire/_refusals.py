@@ -6,15 +6,36 @@ The client answers them before enqueueing (no round trip) and the worker again b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import difflib
+import re
+from collections.abc import Iterable, Sequence
 
 from executor._errors import UnknownToolError
 from executor.wire._models import ErrorType, ToolCall, ToolResult
 
 
 def unknown_tool_text(exc: UnknownToolError) -> str:
-    """What the model reads for a tool that is not served: the tools it can call instead."""
-    return f"{exc} Call one of the available tools instead."
+    """What the model reads for a tool that is not served: the tools it can call instead,
+    and the one it most likely meant (``read_fil``: ``read_file``), if one is close."""
+    # A withheld tool (``reason``) was named right; another name would be the wrong hint.
+    meant = None if getattr(exc, "reason", None) else _closest_name(exc.name, exc.available)
+    hint = f" Did you mean {meant!r}?" if meant else ""
+    return f"{exc}{hint} Call one of the available tools instead."
+
+
+def _closest_name(name: str, available: Iterable[str]) -> str | None:
+    """The name in ``available`` closest to ``name``, ignoring case and a namespace prefix
+    (``functions.read_file``), if any is close."""
+    by_folded = {candidate.casefold(): candidate for candidate in available}
+    folded = name.casefold()
+    bare = re.split(r"[.:/]", folded)[-1]
+    if bare in by_folded:
+        return by_folded[bare]
+    for wanted in dict.fromkeys((folded, bare)):
+        close = difflib.get_close_matches(wanted, list(by_folded), n=1, cutoff=0.6)
+        if close:
+            return by_folded[close[0]]
+    return None
 
 
 def invalid_arguments_text(tool_name: str, problems: Sequence[str]) -> str:

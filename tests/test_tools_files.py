@@ -177,6 +177,45 @@ def test_read_file_offset_past_the_end_names_the_line_count(
     assert ok(run_tool(read_file, path="a.txt", offset=2)) == "3"
 
 
+def test_read_file_offset_past_the_end_is_an_error_never_an_empty_page(
+    run_tool: RunTool, workspace: Workspace
+) -> None:
+    (workspace.root / "large-test.md").write_text(_large_markdown())
+    (workspace.root / "one.txt").write_text("just one")
+    (workspace.root / "empty.txt").write_bytes(b"")
+
+    assert tool_error(run_tool(read_file, path="large-test.md", offset=800)) == (
+        "Offset 800 is past the end of large-test.md, which has 753 lines. "
+        "Use an offset from 0 to 752."
+    )
+    assert tool_error(run_tool(read_file, path="one.txt", offset=1)) == (
+        "Offset 1 is past the end of one.txt, which has 1 line. Use offset 0."
+    )
+    assert tool_error(run_tool(read_file, path="empty.txt", offset=5)) == (
+        "Offset 5 is past the end of empty.txt, which is empty. Use offset 0."
+    )
+    assert ok(run_tool(read_file, path="empty.txt", offset=0)) == "[empty.txt is empty.]"
+
+
+def test_read_file_says_so_when_only_empty_lines_are_left(
+    run_tool: RunTool, workspace: Workspace
+) -> None:
+    # The line after a final newline counts (see above) but holds nothing: an answer of ""
+    # would read as a failure, so the tool says what is there.
+    (workspace.root / "a.txt").write_text("one\ntwo\n")
+    (workspace.root / "b.txt").write_text("x\n\n\n")
+
+    assert ok(run_tool(read_file, path="a.txt", offset=2)) == (
+        "[Line 3 of a.txt is empty, and the file ends there (3 lines in all).]"
+    )
+    assert ok(run_tool(read_file, path="b.txt", offset=1)) == (
+        "[Lines 2-4 of b.txt are empty, and the file ends there (4 lines in all).]"
+    )
+    assert ok(run_tool(read_file, path="b.txt", offset=1, limit=1)) == (
+        "\n\n[Showing lines 2-2 of 4. Use offset to read more.]"
+    )
+
+
 @pytest.mark.parametrize(
     ("arguments", "problem"),
     [

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -23,7 +28,10 @@ from executor import (
 from executor.contract import Workspace
 from tests.support.expect import ok, tool_error
 from workers.pipeline._runner import CallEnvironment, run_call
+from workers.tools._grep_search import search
 from workers.tools._prefilter import ASCII_CASE_PARTNERS, LiteralPrefilter
+from workers.tools._walk import IgnoreFile, ignores_at, walk_files
+from workers.tools.files import list_directory
 from workers.tools.search import (
     GLOB_MAX_RESULTS,
     GREP_MAX_FILE_BYTES,
@@ -279,10 +287,9 @@ def test_grep_skips_node_modules_git_and_dist_at_any_depth(
             ".github/ci.yml": "needle",
         },
     )
-    assert _lines(run_tool(grep, pattern="needle")) == [
-        ".github/ci.yml:1: needle",
-        "src/app.js:1: needle",
-    ]
+    assert _lines(run_tool(grep, pattern="needle")) == ["src/app.js:1: needle"]
+    # A hidden folder is searched when named.
+    assert _lines(run_tool(grep, pattern="needle", path=".github")) == [".github/ci.yml:1: needle"]
 
 
 def test_grep_skips_binary_files_by_extension_and_by_content(
@@ -425,6 +432,342 @@ def test_grep_stops_walking_once_the_call_is_cancelled(workspace: Workspace) -> 
     assert run_call(call, ToolRegistry([grep]), env).error_type is ErrorType.CANCELLED
     ctx = ToolContext(workspace=workspace, cancelled=cancelled)
     assert grep.invoke(ctx, grep.validate({"pattern": "needle"})) == 'No matches for "needle" in .'
+
+
+# ------------------------------------------------------ hidden and ignored paths (both tools)
+
+
+@pytest.fixture
+def python_project(workspace: Workspace) -> Path:
+    """A Python project as an agent meets it: its code, two virtual environments, build output."""
+    _tree(
+        workspace.root,
+        {
+            ".gitignore": "venv/\nbuild/\n*.egg-info/\n__pycache__/\n",
+            "src/app.py": "import os\n",
+            "tests/test_app.py": "import app\n",
+            **{f".venv/lib/site-packages/pkg{i}/__init__.py": "import sys\n" for i in range(60)},
+            # python -m venv writes a .gitignore of "*" into the environment.
+            ".venv/.gitignore": "*\n",
+            "venv/lib/site-packages/pkg/__init__.py": "import re\n",
+            "build/lib/app.py": "import os\n",
+            "app.egg-info/SOURCES.txt": "import nothing\n",
+            "src/__pycache__/app.txt": "import cached\n",
+        },
+    )
+    return workspace.root
+
+
+def test_grep_leaves_out_virtual_environments_and_what_gitignore_excludes(
+    run_tool: RunTool, python_project: Path
+) -> None:
+    # Before: the first 50 matches all came from .venv, and the project's own never showed.
+    assert _lines(run_tool(grep, pattern="^import")) == [
+        "src/app.py:1: import os",
+        "tests/test_app.py:1: import app",
+    ]
+
+
+def test_grep_searches_a_hidden_or_ignored_path_named_explicitly(
+    run_tool: RunTool, python_project: Path
+) -> None:
+    # A named folder is searched whole, even what its own .gitignore ("*") excludes.
+    assert len(_lines(run_tool(grep, _settings=UNCUT, pattern="^import sys", path=".venv"))) == 51
+    assert _lines(run_tool(grep, pattern="import", path=".venv/lib/site-packages/pkg7")) == [
+        ".venv/lib/site-packages/pkg7/__init__.py:1: import sys"
+    ]
+    assert _lines(run_tool(grep, pattern="import", path="venv")) == [
+        "venv/lib/site-packages/pkg/__init__.py:1: import re"
+    ]
+    assert _lines(run_tool(grep, pattern="import", path="build/lib")) == [
+        "build/lib/app.py:1: import os"
+    ]
+    assert _lines(run_tool(grep, pattern="import", path="app.egg-info/SOURCES.txt")) == [
+        "app.egg-info/SOURCES.txt:1: import nothing"
+    ]
+
+
+def test_grep_says_what_it_skipped_when_nothing_matches(
+    run_tool: RunTool, python_project: Path
+) -> None:
+    assert ok(run_tool(grep, pattern="import re")) == (
+        'No matches for "import re" in . (skipped 6 hidden or ignored paths: .gitignore, '
+        ".venv/, app.egg-info/, ...; give one as path to search it)"
+    )
+    assert ok(run_tool(grep, pattern="zzz", path="src")) == (
+        'No matches for "zzz" in src (skipped 1 hidden or ignored path: src/__pycache__/; '
+        "give one as path to search it)"
+    )
+
+
+def test_grep_follows_gitignore_rules(run_tool: RunTool, workspace: Workspace) -> None:
+    _tree(
+        workspace.root,
+        {
+            ".gitignore": (
+                "# build output\n"
+                "*.log\n"
+                "!keep.log\n"
+                "out/\n"  # folders only, at any depth
+                "/top.txt\n"  # anchored at the root
+                "docs/**/gen\n"
+                "cache/\n"
+                "!cache/kept.txt\n"  # cannot re-include a file of an ignored folder
+                "spaced.txt   \n"  # trailing spaces do not count
+                "\\!bang.txt\n"
+                "[ab]x.txt\n"
+            ),
+            "app.log": "needle",
+            "keep.log": "needle",
+            "deep/keep.log": "needle",
+            "out/a.txt": "needle",
+            "src/out/b.txt": "needle",
+            "src/out.txt/c.txt": "needle",
+            "lib/out": "needle",  # a file named out: kept
+            "top.txt": "needle",
+            "sub/top.txt": "needle",
+            "docs/gen/x.txt": "needle",
+            "docs/a/b/gen/y.txt": "needle",
+            "docs/gen.txt": "needle",
+            "cache/kept.txt": "needle",
+            "spaced.txt": "needle",
+            "!bang.txt": "needle",
+            "ax.txt": "needle",
+            "cx.txt": "needle",
+        },
+    )
+    assert _lines(run_tool(grep, pattern="needle")) == [
+        "cx.txt:1: needle",
+        "deep/keep.log:1: needle",
+        "docs/gen.txt:1: needle",
+        "keep.log:1: needle",
+        "lib/out:1: needle",
+        "src/out.txt/c.txt:1: needle",
+        "sub/top.txt:1: needle",
+    ]
+
+
+def test_grep_lets_deeper_ignore_files_and_dot_ignore_win(
+    run_tool: RunTool, workspace: Workspace
+) -> None:
+    _tree(
+        workspace.root,
+        {
+            ".gitignore": "*.log\nsecret/\n",
+            # ripgrep's .ignore: read as .gitignore is, and it wins over it in its folder.
+            ".ignore": "!important.log\nnotes/\n",
+            "important.log": "needle",
+            "other.log": "needle",
+            "notes/n.txt": "needle",
+            "sub/.gitignore": "!*.log\n/local.txt\n",
+            "sub/debug.log": "needle",
+            "sub/local.txt": "needle",
+            "sub/secret/s.txt": "needle",
+            "sub/x/local.txt": "needle",
+            "sub/x/secret/t.txt": "needle",
+            "sub/x/w.log": "needle",
+            "sub/x/y.md": "needle",
+        },
+    )
+    below_x = ["sub/x/local.txt:1: needle", "sub/x/w.log:1: needle", "sub/x/y.md:1: needle"]
+    assert _lines(run_tool(grep, pattern="needle")) == [
+        "important.log:1: needle",
+        "sub/debug.log:1: needle",
+        *below_x,
+    ]
+    # The ignore files above the folder searched apply below it, deeper ones still first.
+    assert _lines(run_tool(grep, pattern="needle", path="sub")) == [
+        "sub/debug.log:1: needle",
+        *below_x,
+    ]
+    assert _lines(run_tool(grep, pattern="needle", path="sub/x")) == below_x
+
+
+def test_grep_never_enters_an_ignored_or_hidden_folder(
+    python_project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The walk prunes: a virtual environment's thousands of files cost nothing, not even a
+    # listing. (In this process, not grep's helper, to watch the listings.)
+    listed: list[str] = []
+    real_scandir = os.scandir
+
+    def scandir(path: str) -> Any:
+        listed.append(os.path.relpath(path, python_project))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    found = search("^import", str(python_project), ".", is_dir=True, root=str(python_project))
+    assert found.matches == ["src/app.py:1: import os", "tests/test_app.py:1: import app"]
+    assert sorted(listed) == [".", "src", "tests"]
+
+
+def test_glob_skips_gitignored_paths_unless_the_pattern_names_them(
+    run_tool: RunTool, python_project: Path
+) -> None:
+    assert _lines(run_tool(glob, pattern="**/*.py")) == ["src/app.py", "tests/test_app.py"]
+    # A name spelled out in full includes an ignored folder, and all below it.
+    assert _lines(run_tool(glob, pattern="build/**/*.py")) == ["build/lib/app.py"]
+    assert _lines(run_tool(glob, pattern="venv/lib/*/pkg/*.py")) == [
+        "venv/lib/site-packages/pkg/__init__.py"
+    ]
+    assert _lines(run_tool(glob, pattern="{app.egg-info,src}/*")) == [
+        "app.egg-info/SOURCES.txt",
+        "src/app.py",
+    ]
+    assert _lines(run_tool(glob, pattern=".venv/lib/site-packages/pkg1/*.py")) == [
+        ".venv/lib/site-packages/pkg1/__init__.py"
+    ]
+    # So does a path inside an ignored folder.
+    assert _lines(run_tool(glob, pattern="**/*.py", path="build")) == ["build/lib/app.py"]
+    assert ok(run_tool(glob, pattern="*/SOURCES.txt")) == (
+        'No files match "*/SOURCES.txt" in . (skipped 3 hidden or ignored paths: '
+        "app.egg-info/, build/, venv/; spell its name out in the pattern to include it)"
+    )
+
+
+def test_list_directory_lists_hidden_and_ignored_entries(
+    run_tool: RunTool, python_project: Path
+) -> None:
+    assert _lines(run_tool(list_directory)) == [
+        ".gitignore",
+        ".venv/",
+        "app.egg-info/",
+        "build/",
+        "src/",
+        "tests/",
+        "venv/",
+    ]
+
+
+def test_the_descriptions_say_what_is_skipped_and_how_to_search_it() -> None:
+    def said(description: str) -> str:
+        return " ".join(description.split())
+
+    assert "Skips hidden files and folders" in said(grep.description)
+    assert "what .gitignore/.ignore files exclude, unless path names them" in said(grep.description)
+    assert "what .gitignore/.ignore files exclude, unless the pattern names them" in said(
+        glob.description
+    )
+    assert "Lists every entry, hidden ones and those .gitignore excludes included" in said(
+        list_directory.description
+    )
+
+
+# ----------------------------------------------------------------- the ignore rules themselves
+
+
+@pytest.mark.parametrize(
+    ("line", "path", "is_dir", "verdict"),
+    [
+        ("foo", "a/b/foo", False, True),  # no slash: a name at any depth
+        ("foo", "a/foo", True, True),
+        ("foo/", "a/foo", False, None),  # folders only
+        ("foo/", "a/foo", True, True),
+        ("/foo", "foo", False, True),
+        ("/foo", "a/foo", False, None),
+        ("a/foo", "x/a/foo", False, None),  # a slash in the middle anchors too
+        ("**/foo", "x/y/foo", False, True),
+        ("**/foo", "foo", False, True),
+        ("a/**/b", "a/b", False, True),
+        ("a/**/b", "a/x/y/b", False, True),
+        ("a/**", "a/x/y", False, True),
+        ("a/**", "a", True, None),  # everything inside a, not a itself
+        ("*.py", "a/b.py", False, True),
+        ("a*", "abc/def", False, None),  # * stays within a name
+        ("a/*", "a/b/c", False, None),
+        ("?.txt", "a.txt", False, True),
+        ("?.txt", "ab.txt", False, None),
+        ("[a-c].txt", "b.txt", False, True),
+        ("[!a-c].txt", "b.txt", False, None),
+        ("[^a-c].txt", "d.txt", False, True),
+        ("[]].txt", "].txt", False, True),
+        ("[[:digit:]]*", "7up", False, True),
+        ("[[:bogus:]]*", "7up", False, None),  # an unknown class: matches nothing
+        ("[ab", "[ab", False, None),  # unclosed: matches nothing
+        ("a\\*", "a*", False, True),
+        ("a\\*", "ab", False, None),
+        ("\\#x", "#x", False, True),
+        ("#x", "#x", False, None),  # a comment
+        ("\\!x", "!x", False, True),
+        ("!x", "x", False, False),
+        ("x  ", "x", False, True),
+        ("x\\ ", "x ", False, True),
+        ("x\r", "x", False, True),
+        ("", "x", False, None),
+    ],
+)
+def test_an_ignore_rule_matches_as_git_reads_it(
+    line: str, path: str, is_dir: bool, verdict: bool | None
+) -> None:
+    assert IgnoreFile(line).verdict(path, path.rsplit("/", 1)[-1], is_dir) is verdict
+
+
+def test_ignore_rules_with_many_stars_do_not_backtrack() -> None:
+    # Naive translation backtracks for ages on these ("*a" * 12: minutes); each must answer
+    # at once. Too many "**" drop the rule, which otherwise multiplies the ways to match.
+    rules = IgnoreFile("*a" * 12 + "*b\n" + "/**" * 8 + "/x\n" + "**/a" * 4 + "/c\n")
+    name = "a" * 250
+    assert rules.verdict(name, name, False) is None
+    assert rules.verdict("/".join("a" * 60), "a", False) is None
+    assert rules.verdict("a/a/a/a/c", "c", False) is True
+
+
+_GIT = shutil.which("git")
+_DIRS = ("a", "b", "sub", ".d", "x y")
+_FILES = ("c.log", "d.txt", "e", ".f", "[a]")
+_SEGMENTS = st.sampled_from(
+    ["a", "b", "sub", "*", "**", "?", "a*", "*.log", "c.log", "e", ".*", "[ab]", "[!a]*",
+     "[a-c]*", "x\\ y", "\\[a]", "[[:alpha:]]*", ".d"]
+)  # fmt: skip
+_LINES = st.builds(
+    lambda negated, anchored, segments, folder: (
+        ("!" if negated else "") + ("/" if anchored else "") + "/".join(segments) + folder
+    ),
+    st.booleans(),
+    st.booleans(),
+    st.lists(_SEGMENTS, min_size=1, max_size=3),
+    st.sampled_from(["", "", "/"]),
+)
+_FILE_PATHS = st.builds(
+    lambda folders, name: "/".join([*folders, name]),
+    st.lists(st.sampled_from(_DIRS), max_size=3),
+    st.sampled_from(_FILES),
+)
+
+
+@pytest.mark.skipif(_GIT is None, reason="git is not installed")
+@settings(max_examples=60, deadline=None)
+@given(
+    files=st.sets(_FILE_PATHS, min_size=1, max_size=20),
+    root_rules=st.lists(_LINES, min_size=1, max_size=6),
+    nested_rules=st.lists(_LINES, max_size=4),
+)
+def test_the_walk_leaves_out_exactly_what_git_does(
+    files: set[str], root_rules: list[str], nested_rules: list[str]
+) -> None:
+    """Against git itself: ``git ls-files --others --exclude-standard`` lists the files that
+    no .gitignore excludes, which is what the walk must keep (hidden names included)."""
+    assert _GIT is not None
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder)
+        for name in files:  # no file name is also a folder name
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_text("x")
+        (root / ".gitignore").write_text("\n".join(root_rules) + "\n")
+        deepest = max((root / name).parent for name in files)
+        if nested_rules and deepest != root:
+            (deepest / ".gitignore").write_text("\n".join(nested_rules) + "\n")
+        env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": folder,
+               "PATH": os.environ.get("PATH", "")}  # fmt: skip
+        subprocess.run([_GIT, "init", "-q"], cwd=root, env=env, check=True)
+        listed = subprocess.run(
+            [_GIT, "ls-files", "--others", "--exclude-standard", "-z"],
+            cwd=root, env=env, check=True, capture_output=True,
+        ).stdout.decode()  # fmt: skip
+        theirs = sorted(name for name in listed.split("\0") if name)
+        walk = walk_files(root, True, lambda _, name: None if name == ".git" else True,
+                          ignores=ignores_at(root, root))  # fmt: skip
+        assert sorted(relative for relative, _, _ in walk) == theirs
 
 
 # ----------------------------------------------------------------------- the prefilter

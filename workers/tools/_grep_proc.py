@@ -75,12 +75,13 @@ def run_search(
     shown: str,
     *,
     is_dir: bool,
+    root: str | None = None,
     budget: float,
     cancelled: threading.Event,
 ) -> Findings:
     """Run ``_grep_search.search`` in a helper process, for at most ``budget`` seconds."""
     request = {"pattern": pattern, "base": base, "shown": shown, "is_dir": is_dir,
-               "budget": max(budget, 0.01)}  # fmt: skip
+               "root": root, "budget": max(budget, 0.01)}  # fmt: skip
     helper = _POOL.take()
     try:
         answer = helper.ask(request, budget + _ANSWER_GRACE_S, cancelled)
@@ -216,7 +217,8 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         signal.setitimer(signal.ITIMER_REAL, float(request["budget"]))
         try:
             search(request["pattern"], request["base"], request["shown"],
-                   is_dir=request["is_dir"], findings=found)  # fmt: skip
+                   is_dir=request["is_dir"], root=request.get("root"),
+                   findings=found)  # fmt: skip
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _OverBudget:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.tools._prefilter import LiteralPrefilter
-from workers.tools._walk import join_relative, walk_files
+from workers.tools._walk import Ignores, Skipped, ignores_at, join_relative, walk_files
 
 GREP_MAX_MATCHES = 50
 GREP_SKIPPED_DIRS = frozenset({"node_modules", ".git", "dist"})
@@ -54,11 +54,14 @@ class Findings:
 
     ``binary`` and ``too_large`` describe the last file searched (they matter when a single
     file was asked for); ``current`` names the file being searched, for a timeout message.
+    ``skipped`` names the first few hidden or ignored paths left out, of ``skipped_count``.
     """
 
     matches: list[str] = field(default_factory=list)
     large_files: list[str] = field(default_factory=list)
     large_count: int = 0
+    skipped: list[str] = field(default_factory=list)
+    skipped_count: int = 0
     binary: bool = False
     too_large: bool = False
     current: str = ""
@@ -74,11 +77,15 @@ def search(
     shown: str,
     *,
     is_dir: bool,
+    root: str | None = None,
     stop: Callable[[], bool] = lambda: False,
     findings: Findings | None = None,
 ) -> Findings:
     """Search the file or tree at ``base`` (shown to the model as ``shown``) for ``pattern``.
 
+    A tree's hidden entries and what ignore files exclude are skipped, reading the ignore
+    files from the workspace ``root`` down (``base``'s own if ``root`` is None); unless
+    ``base`` is, or is inside, a hidden or ignored folder, which asks for all of it.
     ``stop()`` is polled between files; pass ``findings`` to keep what was found so far
     readable when the search is interrupted.
     """
@@ -87,16 +94,25 @@ def search(
     if not is_dir:
         searcher.file(base, shown)
         return found
-    for relative, entry, _ in walk_files(Path(base), True, _enter):
+    ignores = Ignores() if root is None else ignores_at(Path(root), Path(base))
+    skipped = Skipped()
+    walk = walk_files(Path(base), True, _enter, ignores=ignores, skip_hidden=ignores is not None,
+                      wanted=_wanted, skipped=skipped)  # fmt: skip
+    for relative, entry, _ in walk:
         if stop() or found.full:
             break
-        if not binary_name(entry.name):
-            searcher.file(entry.path, join_relative(shown, relative))
+        searcher.file(entry.path, join_relative(shown, relative))
+    found.skipped = [join_relative(shown, relative) for relative in skipped.examples]
+    found.skipped_count = skipped.count
     return found
 
 
 def _enter(_state: bool, name: str) -> bool | None:
     return None if name in GREP_SKIPPED_DIRS else True
+
+
+def _wanted(_state: bool, name: str) -> bool:
+    return not binary_name(name)
 
 
 @dataclass

@@ -56,22 +56,34 @@ def read_file(
         )
     try:
         with open(resolved, encoding="utf-8", errors="replace", newline="\n") as stream:
-            page, total = _read_page(stream, offset, limit, ctx.cancelled)
+            page, total, empty_end = _read_page(stream, offset, limit, ctx.cancelled)
     except OSError as exc:
         raise ToolError(f"Cannot read {shown}: {exc.strerror}.") from None
-    if total == 1 and page == [""]:
-        return f"[{shown} is empty.]"
-    if offset >= total:
+    if total == 1 and empty_end:
+        if offset == 0:
+            return f"[{shown} is empty.]"
         raise ToolError(
-            f"Offset {offset} is past the end of {shown}, which has {total} lines. "
-            f"Use an offset from 0 to {total - 1}."
+            f"Offset {offset} is past the end of {shown}, which is empty. Use offset 0."
         )
+    if offset >= total:
+        lines, use = ("1 line", "offset 0") if total == 1 else (f"{total} lines", "")
+        raise ToolError(
+            f"Offset {offset} is past the end of {shown}, which has {lines}. "
+            f"Use {use or f'an offset from 0 to {total - 1}'}."
+        )
+    end = offset + len(page)
+    if end >= total and not any(page):
+        # Blank lines up to the end (the empty last line after a final newline, say): say so
+        # rather than answer with nothing.
+        span = (
+            f"Line {end} of {shown} is"
+            if len(page) == 1
+            else f"Lines {offset + 1}-{end} of {shown} are"
+        )
+        return f"[{span} empty, and the file ends there ({total} lines in all).]"
     result = "\n".join(page)
-    if offset + len(page) < total:
-        result += (
-            f"\n\n[Showing lines {offset + 1}-{offset + len(page)} of {total}. "
-            "Use offset to read more.]"
-        )
+    if end < total:
+        result += f"\n\n[Showing lines {offset + 1}-{end} of {total}. Use offset to read more.]"
     return result
 
 
@@ -166,7 +178,11 @@ def list_directory(
         str, Field(description="Directory path, relative to the workspace root.")
     ] = ".",
 ) -> str:
-    """List a directory's entries, sorted; directories end in "/", links show "name -> target"."""
+    """List a directory's entries, sorted; directories end in "/", links show "name -> target".
+
+    Lists every entry, hidden ones and those .gitignore excludes included (glob and grep skip
+    them).
+    """
     resolved = ctx.workspace.resolve(path)
     shown = ctx.workspace.relative(resolved)
     try:
@@ -238,8 +254,9 @@ def _is_binary(resolved: Path, shown: str) -> bool:
 
 def _read_page(
     stream: IO[str], offset: int, limit: int, cancelled: threading.Event
-) -> tuple[list[str], int]:
-    """Lines ``offset`` to ``offset + limit`` of ``stream`` and its line count.
+) -> tuple[list[str], int, bool]:
+    """Lines ``offset`` to ``offset + limit`` of ``stream``, its line count, and whether its
+    last line is empty (known only when the page reaches the end; False otherwise).
 
     Lines are what ``content.split("\\n")`` gives, read in bounded chunks: only the page is
     kept, so memory follows the page and not the file.
@@ -257,10 +274,10 @@ def _read_page(
             page.append(kept)
         index += 1
         if not ended:
-            return page, index
+            return page, index, not kept and not dropped
         if index >= offset + limit:
             # The page is full; the rest is one more line plus one per newline left.
-            return page, index + 1 + _count_newlines(stream, cancelled)
+            return page, index + 1 + _count_newlines(stream, cancelled), False
 
 
 def _read_line(stream: IO[str], keep: int) -> tuple[str, int, bool]:

@@ -3,6 +3,13 @@
 Both walk the tree without following symbolic links (a link could lead out of the workspace
 or into a loop), in name order so that results are deterministic, and show paths relative to
 the workspace root so they can be passed straight to read_file.
+
+Both leave out what the ``.gitignore`` and ``.ignore`` files of the workspace exclude (from
+the root down to the folder searched, as git and ripgrep read them) and never enter an ignored
+folder, so a project's virtual environment or build output costs nothing. grep also skips
+hidden files and folders, as ripgrep does; glob matches a hidden name only when the pattern
+spells out its dot. What is named explicitly is searched all the same: grep's ``path`` when it
+is (or is inside) a hidden or ignored folder, and a name a glob pattern spells out in full.
 """
 
 from __future__ import annotations
@@ -11,11 +18,12 @@ import re
 from pathlib import Path
 from typing import Annotated
 
+import bracex
 from pydantic import Field
 
 from executor import ToolError
 from executor.contract import ToolContext, tool
-from workers.tools._glob_pattern import GlobMatcher, GlobStates
+from workers.tools._glob_pattern import MAX_ALTERNATIVES, GlobMatcher, GlobStates
 from workers.tools._grep_proc import (
     SearchCancelled,
     SearchFailed,
@@ -32,7 +40,7 @@ from workers.tools._grep_search import (
     binary_name,
     compile_pattern,
 )
-from workers.tools._walk import join_relative, walk_files
+from workers.tools._walk import Skipped, ignores_at, join_relative, walk_files
 
 __all__ = [
     "BINARY_EXTENSIONS",
@@ -78,9 +86,10 @@ def glob(
 ) -> str:
     """Find files whose path matches a glob pattern; returns paths relative to the workspace root.
 
-    Supports *, ?, [abc], {a,b} and **. Hidden files and folders (names starting with ".")
-    match only when the pattern names them explicitly; node_modules and .git are skipped;
-    symbolic links are not followed. Results are sorted, at most 200.
+    Supports *, ?, [abc], {a,b} and **. Skips hidden files and folders (names starting with
+    ".") and what .gitignore/.ignore files exclude, unless the pattern names them
+    (".github/*.yml", "build/**/*.js") or path is inside them; also skips node_modules and
+    .git, and does not follow symbolic links. Results are sorted, at most 200.
     """
     matcher = GlobMatcher(pattern)
     base = _existing(ctx, path)
@@ -93,14 +102,17 @@ def glob(
     def enter(states: GlobStates, name: str) -> GlobStates | None:
         return None if name in GLOB_IGNORED_DIRS else matcher.enter_directory(states, name)
 
-    found = [
-        relative
-        for relative, entry, states in walk_files(base, matcher.start, enter, ctx.cancelled)
-        if matcher.matches_file(states, entry.name)
-    ]
+    skipped = Skipped()
+    walk = walk_files(base, matcher.start, enter, ctx.cancelled,
+                      ignores=ignores_at(ctx.workspace.root, base), named=_named(pattern),
+                      wanted=matcher.matches_file, skipped=skipped)  # fmt: skip
+    found = [relative for relative, _, _ in walk]
     shown = ctx.workspace.relative(base)
     if not found:
-        return f'No files match "{pattern}" in {shown}'
+        examples = [join_relative(shown, example) for example in skipped.examples]
+        return f'No files match "{pattern}" in {shown}' + _skipped_note(
+            skipped.count, examples, "spell its name out in the pattern to include it"
+        )
     found.sort()
     lines = [join_relative(shown, relative) for relative in found[:GLOB_MAX_RESULTS]]
     if len(found) > GLOB_MAX_RESULTS:
@@ -131,9 +143,11 @@ def grep(
 ) -> str:
     """Search file contents for a regular expression, like grep -rni; returns path:line: text.
 
-    A directory is searched recursively in name order (node_modules, .git and dist skipped,
-    binary files and files over 10 MB skipped, symbolic links not followed). At most 50
-    matching lines are returned; ^ and $ anchor at line starts and ends.
+    A directory is searched recursively in name order. Skips hidden files and folders (names
+    starting with ".") and what .gitignore/.ignore files exclude, unless path names them
+    (path=".venv" searches all of .venv); also skips node_modules and dist, binary files and
+    files over 10 MB, and does not follow symbolic links. At most 50 matching lines are
+    returned; ^ and $ anchor at line starts and ends.
     """
     _check_pattern(pattern)
     base = _existing(ctx, path)
@@ -146,7 +160,8 @@ def grep(
     # The search must answer before the runner's limit, which would abandon it unanswered.
     budget = max(min(GREP_TIMEOUT, ctx.remaining()) - GREP_ANSWER_MARGIN_S, 0.1)
     try:
-        found = run_search(pattern, str(base), shown, is_dir=is_dir, budget=budget,
+        found = run_search(pattern, str(base), shown, is_dir=is_dir,
+                           root=str(ctx.workspace.root), budget=budget,
                            cancelled=ctx.cancelled)  # fmt: skip
     except SearchOverBudget as exc:
         raise ToolError(_over_budget_message(pattern, exc)) from None
@@ -203,7 +218,10 @@ def _cut(pattern: str) -> str:
 
 
 def _report(found: Findings, pattern: str, shown: str) -> str:
-    lines = list(found.matches) or [f'No matches for "{_cut(pattern)}" in {shown}']
+    lines = list(found.matches) or [
+        f'No matches for "{_cut(pattern)}" in {shown}'
+        + _skipped_note(found.skipped_count, found.skipped, "give one as path to search it")
+    ]
     if found.full:
         # The search stops at the cap, so whether more exist is unknown (and likely).
         lines.append(
@@ -221,6 +239,32 @@ def _report(found: Findings, pattern: str, shown: str) -> str:
 
 
 # ------------------------------------------------------------------------------- shared
+
+
+def _skipped_note(count: int, examples: list[str], advice: str) -> str:
+    """What a search that found nothing left out, so that the model can look there too."""
+    if not count:
+        return ""
+    more = ", ..." if count > len(examples) else ""
+    return (
+        f" (skipped {count} hidden or ignored path{'s' if count != 1 else ''}: "
+        f"{', '.join(examples)}{more}; {advice})"
+    )
+
+
+def _named(pattern: str) -> frozenset[str]:
+    """The names a glob pattern spells out in full: a segment without wildcards, e.g.
+    "build" in "build/**/*.js"; such an entry is listed even if ignored."""
+    names: set[str] = set()
+    # GlobMatcher has checked the pattern, so the expansion succeeds and stays small.
+    for alternative in bracex.expand(pattern, keep_escapes=True, limit=MAX_ALTERNATIVES):
+        for part in alternative.split("/"):
+            if part and not _WILDCARD.search(part):
+                names.add(re.sub(r"\\(.)", r"\1", part))
+    return frozenset(names)
+
+
+_WILDCARD = re.compile(r"(?<!\\)[*?\[]")
 
 
 def _existing(ctx: ToolContext, path: str) -> Path:

@@ -22,7 +22,7 @@ from rq.serializers import JSONSerializer
 
 from executor import ErrorType, RedisUnavailable, Settings
 from executor.client import Executor
-from executor.wire import Keys, read_events
+from executor.wire import read_events
 from tests.support.expect import ok
 from tests.support.procs import running_pool
 from tests.support.waiting import PATIENCE_S, wait_for
@@ -73,11 +73,14 @@ def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
 ) -> None:
     pids = {c.pid for c in pool.children}
     with Executor(settings=settings) as executor:
+        # Its lease is lost in the outage, which ends it long before the sleep does.
+        command = "touch started; sleep 20; echo finished"
         turn = executor.submit([
-            {"id": "slow", "name": "bash", "arguments": {"command": "sleep 2; echo finished"}},
+            {"id": "slow", "name": "bash", "arguments": {"command": command, "timeout": 60}},
             _read("after"),
         ])  # fmt: skip
-        wait_for(lambda: executor.client.exists(Keys().running("slow")), "bash to start")
+        # bash itself runs, under its lock (its claim alone comes before the lock is taken).
+        wait_for((Path(settings.workspace) / "started").exists, "bash to run")
         outage = _restart_in_background(server, DOWNTIME_S)
         started = time.monotonic()
         results = executor.collect(turn, timeout=PATIENCE_S)

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import redis
 from pydantic import BaseModel, ConfigDict
@@ -115,13 +116,18 @@ class Catalog:
         """The distinct catalog versions on the queue (more than one: workers disagree)."""
         return sorted({entry.version for entry in self.entries})
 
-    def tools(self) -> list[ToolInfo]:
-        """Every tool served on the queue; where workers disagree, the newest entry's."""
+    @cached_property
+    def _by_name(self) -> dict[str, ToolInfo]:
+        # Merged once per catalog read: the client looks a tool up for every call.
         by_name: dict[str, ToolInfo] = {}
         for entry in sorted(self.entries, key=lambda e: e.published_at):
             for info in entry.tools:
                 by_name[info.name] = info
-        return sorted(by_name.values(), key=lambda info: info.name)
+        return dict(sorted(by_name.items()))
+
+    def tools(self) -> list[ToolInfo]:
+        """Every tool served on the queue, by name; where workers disagree, the newest entry's."""
+        return list(self._by_name.values())
 
     def serving(self, name: str) -> int:
         """How many live workers serve ``name``."""
@@ -130,7 +136,7 @@ class Catalog:
     def get(self, name: str) -> ToolInfo:
         """The tool called ``name``; ``NoWorkerError`` if no worker is live on the queue,
         ``NotServedOnQueue`` (an ``UnknownToolError`` listing the tools) if none serves it."""
-        tools = {info.name: info for info in self.tools()}
+        tools = self._by_name
         if name in tools:
             return tools[name]
         if not self.entries:
@@ -142,7 +148,7 @@ class Catalog:
         return iter(self.tools())
 
     def __contains__(self, name: object) -> bool:
-        return any(info.name == name for info in self.tools())
+        return name in self._by_name
 
 
 def publish_catalog(client: redis.Redis, keys: Keys, entry: WorkerCatalog) -> None:

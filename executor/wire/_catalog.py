@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -143,9 +143,6 @@ class Catalog:
             raise NoWorkerError(self.queue)
         reasons = sorted({e.withheld[name] for e in self.entries if name in e.withheld})
         raise NotServedOnQueue(name, tools, self.queue, "; ".join(reasons) or None)
-
-    def __iter__(self) -> Iterator[ToolInfo]:
-        return iter(self.tools())
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name

@@ -13,6 +13,7 @@ Every exception raised on purpose derives from ``ToolpoolError``::
     ├── InvalidArgumentsError     arguments that fail a tool's parameter schema
     ├── NoWorkerError             no live worker serves the queue
     ├── RedisUnavailable          the orchestrator could not reach Redis (names the turn)
+    ├── SessionError              a session name that is invalid, unknown, taken or busy
     ├── TurnError                 a turn that cannot be submitted as given
     └── ToolError                 raised inside a tool: its message is shown to the model
         ├── WorkspaceError        a path that escapes the workspace root
@@ -25,6 +26,7 @@ from executor._errors import (
     FenceError,
     InvalidArgumentsError,
     RedisUnavailable,
+    SessionError,
     ToolDefinitionError,
     ToolError,
     ToolpoolError,
@@ -35,6 +37,7 @@ from executor._settings import Settings, TruncationPolicy
 from executor._truncation import Truncation, truncate
 from executor.client import (
     Executor,
+    Sessions,
     Turn,
     TurnError,
     anthropic_tool_results,
@@ -50,7 +53,15 @@ from executor.contract import (
     load_registry,
     tool,
 )
-from executor.wire import Catalog, ErrorType, NoWorkerError, ToolCall, ToolResult, ToolStatus
+from executor.wire import (
+    Catalog,
+    ErrorType,
+    NoWorkerError,
+    SessionInfo,
+    ToolCall,
+    ToolResult,
+    ToolStatus,
+)
 
 __all__ = [
     "Catalog",
@@ -62,6 +73,9 @@ __all__ = [
     "InvalidArgumentsError",
     "NoWorkerError",
     "RedisUnavailable",
+    "SessionError",
+    "SessionInfo",
+    "Sessions",
     "Settings",
     "Tool",
     "ToolCall",

@@ -9,6 +9,7 @@ Every exception toolpool raises on purpose derives from ``ToolpoolError``::
     ├── UnknownToolError          a look-up of a name the registry does not hold
     ├── InvalidArgumentsError     arguments that fail a tool's parameter schema
     ├── RedisUnavailable          the orchestrator could not reach Redis (names the turn)
+    ├── SessionError              a session name that is invalid, unknown, taken or busy
     └── ToolError                 raised *inside* a tool: an expected failure whose message is
         │                         shown to the model as it is ("File not found: a.txt")
         ├── WorkspaceError        a path that escapes the workspace root
@@ -47,6 +48,10 @@ class UnknownToolError(ToolpoolError):
         self.available = sorted(available)
         listed = ", ".join(self.available) if self.available else "(none)"
         super().__init__(f"Unknown tool {name!r}. Available tools: {listed}.")
+
+
+class SessionError(ToolpoolError):
+    """A session that cannot be used or managed as asked: bad name, unknown, taken, busy."""
 
 
 class ToolError(ToolpoolError):

@@ -68,6 +68,16 @@ class Settings:
     # Space-separated names (or fnmatch patterns) of worker environment variables that bash
     # commands get on top of the built-in allow-list; everything else stays with the worker.
     bash_env: str = ""
+    # Sessions: a worker with a sessions root serves session S in sessions_root/S, on the
+    # queue of its host (default: the machine's host name). ``session`` is the client's
+    # default session (TOOLPOOL_SESSION); a created session expires after this idle time.
+    sessions_root: Path | None = None
+    # False: the worker takes only session calls (started with a sessions root, no workspace).
+    serve_pool_calls: bool = True
+    host: str = ""
+    session: str | None = None
+    session_idle_ttl: float = 24 * 3600.0
+    session_sweep_s: float = 30.0
     weather_url: str = "https://api.open-meteo.com"
     geocoding_url: str = "https://geocoding-api.open-meteo.com"
     http_timeout: float = 5.0
@@ -112,6 +122,8 @@ def _parse(name: str, raw: str, kind: str) -> Any:
     try:
         if "Path" in kind:
             return Path(raw)
+        if kind.startswith("bool"):
+            return _boolean(raw)
         if kind.startswith("int"):
             return int(raw)
         if kind.startswith("float"):
@@ -121,6 +133,15 @@ def _parse(name: str, raw: str, kind: str) -> Any:
             f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind.split(maxsplit=1)[0]}"
         ) from None
     return raw
+
+
+def _boolean(raw: str) -> bool:
+    words = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}  # fmt: skip
+    try:
+        return words[raw.strip().lower()]
+    except KeyError:
+        raise ValueError(raw) from None
 
 
 def shown_url(url: str) -> str:

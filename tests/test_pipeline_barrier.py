@@ -12,15 +12,15 @@ from workers.pipeline._commit import CommitBusy, exclusive_commit
 
 
 def test_no_commit_in_flight_passes_at_once(workspace: Workspace) -> None:
-    CommitBarrier(workspace.root, timeout=0)()
+    CommitBarrier(timeout=0)(workspace.root)
 
 
 def test_a_commit_in_flight_is_waited_for(workspace: Workspace) -> None:
-    barrier = CommitBarrier(workspace.root, timeout=30)
+    barrier = CommitBarrier(timeout=30)
     passed = threading.Event()
 
     def pass_it() -> None:
-        barrier()
+        barrier(workspace.root)
         passed.set()
 
     with exclusive_commit(workspace.root, timeout=1.0):
@@ -36,10 +36,10 @@ def test_a_commit_that_outlasts_the_wait_refuses_the_call(workspace: Workspace) 
         exclusive_commit(workspace.root, timeout=1.0),
         pytest.raises(CommitBusy, match="nothing was changed"),
     ):
-        CommitBarrier(workspace.root, timeout=0.05)()
+        CommitBarrier(timeout=0.05)(workspace.root)
 
 
 def test_barriers_do_not_hold_each_other_up(workspace: Workspace) -> None:
-    barrier = CommitBarrier(workspace.root, timeout=0)
-    barrier()
-    barrier()
+    barrier = CommitBarrier(timeout=0)
+    barrier(workspace.root)
+    barrier(workspace.root)

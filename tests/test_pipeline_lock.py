@@ -191,7 +191,7 @@ class _Events(EventLog):
         return item
 
 
-def _no_barrier() -> None:
+def _no_barrier(root: Path) -> None:
     return None
 
 
@@ -199,7 +199,7 @@ def _lease_guard(
     rwlock: RWLock,
     events: _Events,
     settings: Settings | None = None,
-    barrier: Callable[[], None] = _no_barrier,
+    barrier: Callable[[Path], None] = _no_barrier,
 ) -> LeaseGuard:
     return LeaseGuard(
         rwlock, events, settings or Settings(), worker_name="w1", barrier=barrier,
@@ -292,7 +292,7 @@ def test_no_lock_within_the_wait_is_did_not_run(
 def test_a_barrier_that_fails_gives_the_lease_back_unannounced(
     tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis
 ) -> None:
-    def busy() -> None:
+    def busy(root: Path) -> None:
         raise CommitBusy("Another call has been committing a write; nothing was changed.")
 
     state = _state(tmp_path)
@@ -310,7 +310,7 @@ def test_the_barrier_is_passed_after_the_grant_and_before_its_announcement(
 ) -> None:
     seen: list[tuple[int, list[str]]] = []
 
-    def barrier() -> None:
+    def barrier(root: Path) -> None:
         seen.append((len(rwlock.status().holders), _names(client)))
 
     with _lease_guard(rwlock, events, barrier=barrier).hold(_state(tmp_path)):

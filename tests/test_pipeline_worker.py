@@ -20,6 +20,7 @@ from workers.pipeline._heartbeat import Heartbeat
 from workers.pipeline._lock import lock
 from workers.pipeline._lock_loss import restate
 from workers.pipeline._runner import CALL_STEPS
+from workers.pipeline._session import EnterSession
 from workers.pipeline._store import Store
 from workers.pipeline._validate import validate
 
@@ -76,7 +77,9 @@ def test_the_workers_steps_are_listed_in_order(runtime: WorkerRuntime) -> None:
     assert kinds[:2] == [Claim, Store]
     assert getattr(steps[2], "__name__", "") == "rerun"
     assert kinds[3:] == [Heartbeat, Emit]
-    assert steps[5:] == (skip_cancelled, *CALL_STEPS)
+    assert steps[5] is skip_cancelled
+    assert isinstance(steps[6], EnterSession)
+    assert steps[7:] == CALL_STEPS
     assert (validate, restate, lock) == CALL_STEPS
 
 

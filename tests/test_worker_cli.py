@@ -237,7 +237,8 @@ def test_worker_without_a_workspace_is_a_usage_error(
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(worker_command, ["--redis", free_port_url()], env=_no_env())
     assert result.exit_code == 2, result.output
-    assert "Missing option '--workspace'" in result.output
+    assert "--workspace DIR" in result.output
+    assert "--sessions-root DIR" in result.output
     assert "TOOLPOOL_WORKSPACE" in result.output
     assert "does not answer" not in result.output  # it stopped before looking for Redis
 

@@ -2,5 +2,13 @@
 
 from executor.client._executor import Executor, Turn, TurnError
 from executor.client._messages import anthropic_tool_results, openai_tool_messages
+from executor.client._sessions import Sessions
 
-__all__ = ["Executor", "Turn", "TurnError", "anthropic_tool_results", "openai_tool_messages"]
+__all__ = [
+    "Executor",
+    "Sessions",
+    "Turn",
+    "TurnError",
+    "anthropic_tool_results",
+    "openai_tool_messages",
+]

@@ -29,6 +29,7 @@ from executor.wire import (
     end_lost_job,
     enqueue_ready,
     job_status,
+    named_queue,
 )
 
 # How often a waiting client looks for calls whose worker died.
@@ -79,7 +80,9 @@ class Collector:
                     return results
                 if now >= next_check:
                     self._find_lost(plan, results, watches)
-                    enqueue_ready(self._queue)  # a dependent RQ left ready would wait 10 minutes
+                    # A dependent RQ left ready would wait 10 minutes.
+                    enqueue_ready(named_queue(self._client, plan.queue) if plan.queue
+                                  else self._queue)  # fmt: skip
                     next_check = time.monotonic() + LIVENESS_CHECK_S
                     continue
                 # The list is only a wake-up: the stored results are the truth.

@@ -26,6 +26,7 @@ from executor._errors import (
     ConfigurationError,
     InvalidArgumentsError,
     RedisUnavailable,
+    SessionError,
     ToolpoolError,
     UnknownToolError,
 )
@@ -34,18 +35,22 @@ from executor.client._collector import LIVENESS_CHECK_S, Collector
 from executor.client._outage import UNREACHABLE, connect, reaching, unreachable
 from executor.contract import ToolInfo, ToolRegistry
 from executor.wire import (
+    READY,
     CallJob,
     ErrorType,
     EventLog,
     Keys,
     ResultStore,
+    SessionStore,
     ToolCall,
     ToolResult,
     TurnPlan,
     call_queue,
+    check_session_name,
     enqueue_call,
     job_id,
     job_status,
+    named_queue,
     new_turn_id,
     parse_call,
     partition,
@@ -118,6 +123,11 @@ class Executor:
     reason to block a call, which also stops the turn; ``tool`` is the call's ``ToolInfo``.
     ``max_tool_calls`` caps the calls this executor submits over its life. ``jsonl`` receives
     each turn's events, one JSON object a line.
+
+    ``session`` (default ``settings.session``, ``TOOLPOOL_SESSION``) runs every turn in that
+    session: its folder, lock scope and shell state, on the workers of the host it lives on;
+    ``run(..., session=...)`` and ``submit(..., session=...)`` name one for a single turn.
+    Without a session, calls run in the workers' own workspace and lock scope.
     """
 
     redis_url: str | None = None
@@ -129,8 +139,13 @@ class Executor:
     max_tool_calls: int | None = None
     jsonl: Path | IO[str] | None = None
     wait_for_workers: float = 0.0
+    session: str | None = None
 
     def __post_init__(self) -> None:
+        if self.session is None:
+            self.session = self.settings.session or None
+        if self.session is not None:
+            check_session_name(self.session)
         url = self.redis_url or self.settings.redis_url
         if not url:
             raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
@@ -146,8 +161,11 @@ class Executor:
             self.queue, self.keys, self.settings, self.events,
         )  # fmt: skip
         self.usage = Usage(self.max_tool_calls)
-        self._catalog: Catalog | None = None
-        self._catalog_read_at = 0.0
+        self.sessions = SessionStore(self.client, self.keys)
+        # The catalog of each queue read (the pool's, and the hosts' of sessions), and when.
+        self._catalogs: dict[str, tuple[Catalog, float]] = {}
+        # Each session's queue (its host's), and when its record was read.
+        self._routes: dict[str, tuple[str, float]] = {}
         self._jsonl_handle: IO[str] | None = None
         if isinstance(self.jsonl, Path):
             self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
@@ -170,14 +188,19 @@ class Executor:
     # -- the whole turn ------------------------------------------------------------------
 
     def run(
-        self, calls: Iterable[ToolCall | dict[str, Any]], *, timeout: float | None = None
+        self,
+        calls: Iterable[ToolCall | dict[str, Any]],
+        *,
+        timeout: float | None = None,
+        session: str | None = None,
     ) -> list[ToolResult]:
         """Submit a turn and wait for its results, in call order.
 
         At ``timeout`` (default ``settings.turn_timeout``) the turn is cancelled and every
-        call still without a result gets a ``timeout`` result.
+        call still without a result gets a ``timeout`` result. ``session``: run the turn in
+        this session (default: the executor's).
         """
-        turn = self.submit(calls)
+        turn = self.submit(calls, session=session)
         try:
             return self.collect(turn, timeout=timeout)
         finally:
@@ -187,8 +210,13 @@ class Executor:
                 if self._pending(turn):
                     self.cancel(turn)
 
-    def submit(self, calls: Iterable[ToolCall | dict[str, Any]]) -> Turn:
+    def submit(
+        self, calls: Iterable[ToolCall | dict[str, Any]], *, session: str | None = None
+    ) -> Turn:
         """Check, approve and enqueue a turn; return at once (``collect`` waits).
+
+        ``session``: the turn runs in this session (default: the executor's). A session that
+        does not exist or is being deleted answers every call ``unknown_session``.
 
         Raises ``TurnError``, and submits nothing, for an item that is no tool call (no tool
         name, keys of no known form) or two calls with one id; a call whose arguments are not
@@ -200,10 +228,13 @@ class Executor:
         """
         parsed = _parse_calls(calls)
         _refuse_duplicate_ids(parsed)
+        session = session or self.session
+        if session is not None:
+            check_session_name(session)
         turn_id = new_turn_id()
         progress = _Progress()
         try:
-            return self._submit(turn_id, parsed, progress)
+            return self._submit(turn_id, parsed, progress, session)
         except UNREACHABLE as exc:
             if not progress.plan_stored:
                 raise unreachable(
@@ -216,9 +247,26 @@ class Executor:
                 "answers the others as never enqueued ('did not run')", turn_id,
             ) from None  # fmt: skip
 
-    def _submit(self, turn_id: str, parsed: list[ToolCall], progress: _Progress) -> Turn:
+    def _submit(
+        self, turn_id: str, parsed: list[ToolCall], progress: _Progress, session: str | None
+    ) -> Turn:
         stream_start = self._stream_position()
-        answered, runnable, tools = self._screen(turn_id, parsed)
+        queue = self.queue.name
+        if session is not None:
+            routed, problem = self._route(session)
+            if routed is None:
+                answered = {i: ToolResult.failure(c.id, c.name, ErrorType.UNKNOWN_SESSION,
+                                                  f"{c.name!r} did not run: {problem}.")
+                            for i, c in enumerate(parsed)}  # fmt: skip
+                plan = TurnPlan(turn_id=turn_id, call_ids=[c.id for c in parsed],
+                                tools=[c.name for c in parsed], batches=[], answered=answered,
+                                session=session, queue=queue)  # fmt: skip
+                self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
+                                ex=self.settings.result_ttl)  # fmt: skip
+                progress.plan_stored = True
+                return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
+            queue = routed
+        answered, runnable, tools = self._screen(turn_id, parsed, queue, session)
         batches = partition([parsed[i] for i in runnable],
                             lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
         plan = TurnPlan(
@@ -229,6 +277,8 @@ class Executor:
             batches=[[runnable[i] for i in batch.indexes] for batch in batches],
             job_ids={index: job_id(turn_id, index) for index in runnable},
             answered=answered,
+            session=session,
+            queue=queue,
         )
         # Stored before the jobs exist, so a collector elsewhere can always read the plan.
         self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
@@ -236,10 +286,11 @@ class Executor:
         progress.plan_stored = True
         progress.total = len(plan.job_ids)
         previous: list[str] = []
+        rq_queue = self.queue if queue == self.queue.name else named_queue(self.client, queue)
         for batch_indexes in plan.batches:
             for index in batch_indexes:
-                job = CallJob(call=parsed[index], turn_id=turn_id, index=index)
-                enqueue_call(self.queue, job, after=previous, result_ttl=self.settings.result_ttl)
+                job = CallJob(call=parsed[index], turn_id=turn_id, index=index, session=session)
+                enqueue_call(rq_queue, job, after=previous, result_ttl=self.settings.result_ttl)
                 progress.enqueued += 1
             previous = [plan.job_ids[index] for index in batch_indexes]
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
@@ -293,20 +344,28 @@ class Executor:
                        f"{plan.tools[index]!r} did not run: its turn was cancelled."),
             )  # fmt: skip
 
-    def tools(self) -> list[ToolInfo]:
-        """The tools calls can name: the live workers' catalog (or ``registry``'s tools).
+    def tools(self, *, session: str | None = None) -> list[ToolInfo]:
+        """The tools calls can name: the live workers' catalog (or ``registry``'s tools); in a
+        session (default: the executor's), those of the workers of the session's host.
 
         For a model's tool list: ``export_tools(executor.tools(), "openai")``.
         """
         if self.registry is not None:
             return [ToolInfo.of(item) for item in self.registry]
-        with reaching(self.redis_url, "while reading the workers' tool catalog"):
-            return self._read_catalog().tools()
+        return self.catalog(session=session).tools()
 
-    def catalog(self) -> Catalog:
-        """The live workers on this executor's queue and the tools they serve, read now."""
+    def catalog(self, *, session: str | None = None) -> Catalog:
+        """The live workers on this executor's queue (in a session: on its host's queue) and
+        the tools they serve, read now; ``SessionError`` for a session that cannot be used."""
         with reaching(self.redis_url, "while reading the workers' tool catalog"):
-            return self._read_catalog()
+            queue = self.queue.name
+            session = session or self.session
+            if session is not None:
+                routed, problem = self._route(session)
+                if routed is None:
+                    raise SessionError(problem[0].upper() + problem[1:] + ".")
+                queue = routed
+            return self._read_catalog(queue)
 
     def full_output(self, call_id: str) -> str | None:
         """The full output of a truncated call, while it is kept."""
@@ -315,8 +374,29 @@ class Executor:
 
     # -- inside ----------------------------------------------------------------------------
 
+    def _route(self, session: str) -> tuple[str | None, str]:
+        """The queue of ``session``'s host, or (None, why its calls cannot run).
+
+        A ready session's host is remembered for ``REFRESH_S``: a session does not move, and
+        one deleted meanwhile is refused by the workers all the same.
+        """
+        known = self._routes.get(session)
+        if known is not None and time.monotonic() - known[1] < REFRESH_S:
+            return known[0], ""
+        found = self.sessions.locate(session)
+        if found is None:
+            return None, (f"session {session!r} does not exist (never created, deleted, or "
+                          "expired after its idle time); create it with `toolpool session "
+                          "create`")  # fmt: skip
+        state, host = found
+        if state != READY:
+            return None, f"session {session!r} is {state}, not ready"
+        queue = self.keys.host_queue_name(self.settings.queue, host)
+        self._routes[session] = (queue, time.monotonic())
+        return queue, ""
+
     def _screen(
-        self, turn_id: str, calls: Sequence[ToolCall]
+        self, turn_id: str, calls: Sequence[ToolCall], queue: str, session: str | None
     ) -> tuple[dict[int, ToolResult], list[int], dict[str, ToolInfo]]:
         """Check each call in order; return the answered ones, the runnable and their tools.
 
@@ -332,7 +412,7 @@ class Executor:
                 answered[index] = ToolResult.failure(call.id, call.name, ErrorType.REJECTED,
                                          f"{call.name!r} did not run: {stop_reason}")  # fmt: skip
                 continue
-            checked = self._check(call)
+            checked = self._check(call, queue)
             if isinstance(checked, ToolResult):
                 answered[index] = checked
                 continue
@@ -346,12 +426,12 @@ class Executor:
                 continue
             runnable.append(index)
             tools[call.id] = tool
-        return answered, self._claim(turn_id, calls, runnable, answered), tools
+        return answered, self._claim(turn_id, calls, runnable, answered, session), tools
 
-    def _check(self, call: ToolCall) -> ToolInfo | ToolResult:
+    def _check(self, call: ToolCall, queue: str) -> ToolInfo | ToolResult:
         """The tool ``call`` names, or the result that answers a call that cannot run."""
         try:
-            tool = self._lookup(call.name)
+            tool = self._lookup(call.name, queue)
         except UnknownToolError as exc:
             return refusals.unknown_tool(call, exc)
         if call.arguments_error is not None:  # not JSON, or not an object: never enqueued
@@ -362,33 +442,36 @@ class Executor:
             return refusals.invalid_arguments(call, exc.problems)
         return tool
 
-    def _lookup(self, name: str) -> ToolInfo:
+    def _lookup(self, name: str, queue: str) -> ToolInfo:
         if self.registry is not None:
             return ToolInfo.of(self.registry.get(name))
-        catalog = self._current_catalog()
-        if name not in catalog and self._catalog_read_at < time.monotonic() - _CATALOG_RECHECK_S:
+        catalog, read_at = self._current_catalog(queue)
+        if name not in catalog and read_at < time.monotonic() - _CATALOG_RECHECK_S:
             # Workers that serve it may have started since the catalog was read.
-            catalog = self._read_catalog()
+            catalog = self._read_catalog(queue)
         return catalog.get(name)
 
-    def _current_catalog(self) -> Catalog:
-        """The catalog read at most ``REFRESH_S`` ago; waits for a worker if none is live."""
-        if self._catalog is None or time.monotonic() - self._catalog_read_at > REFRESH_S:
-            self._read_catalog()
-        assert self._catalog is not None
-        if self._catalog.workers or self.registry is not None:
-            return self._catalog
+    def _current_catalog(self, queue: str) -> tuple[Catalog, float]:
+        """``queue``'s catalog read at most ``REFRESH_S`` ago, and when it was read; waits for
+        a worker if none is live."""
+        known = self._catalogs.get(queue)
+        if known is None or time.monotonic() - known[1] > REFRESH_S:
+            self._read_catalog(queue)
+            known = self._catalogs[queue]
+        if known[0].workers or self.registry is not None:
+            return known
         deadline = time.monotonic() + self.wait_for_workers
         while time.monotonic() < deadline:
             time.sleep(_WORKER_POLL_S)
-            if self._read_catalog().workers:
-                return self._catalog
-        raise NoWorkerError(self.queue.name, self.wait_for_workers)
+            if self._read_catalog(queue).workers:
+                return self._catalogs[queue]
+        raise NoWorkerError(queue, self.wait_for_workers)
 
-    def _read_catalog(self) -> Catalog:
-        self._catalog = read_catalog(self.client, self.keys, self.queue.name)
-        self._catalog_read_at = time.monotonic()
-        return self._catalog
+    def _read_catalog(self, queue: str | None = None) -> Catalog:
+        name = queue or self.queue.name
+        catalog = read_catalog(self.client, self.keys, name)
+        self._catalogs[name] = (catalog, time.monotonic())
+        return catalog
 
     def _claim(
         self,
@@ -396,13 +479,22 @@ class Executor:
         calls: Sequence[ToolCall],
         runnable: list[int],
         answered: dict[int, ToolResult],
+        session: str | None,
     ) -> list[int]:
-        """Claim the runnable calls' ids for this turn (one round trip); return those claimed."""
+        """Claim the runnable calls' ids for this turn (one round trip); return those claimed.
+
+        In a session, the calls are also listed as the session's: it cannot be deleted while
+        they wait or run.
+        """
         with self.client.pipeline(transaction=False) as pipe:
             for index in runnable:
                 pipe.set(self.keys.call_claim(calls[index].id), turn_id, nx=True,
                          ex=self.settings.result_ttl)  # fmt: skip
-            claimed = pipe.execute()
+            if session is not None and runnable:
+                now = time.time()
+                pipe.zadd(self.keys.session_calls(session),
+                          {calls[index].id: now for index in runnable})  # fmt: skip
+            claimed = pipe.execute()[: len(runnable)]
         kept = []
         for index, ok in zip(runnable, claimed, strict=True):
             if ok:

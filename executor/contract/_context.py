@@ -1,4 +1,4 @@
-"""What a running tool may know about its call: workspace, settings, deadline, fence."""
+"""What a running tool may know about its call: workspace, settings, deadline, fence, shell."""
 
 from __future__ import annotations
 
@@ -9,6 +9,20 @@ from dataclasses import dataclass, field
 
 from executor._settings import Settings
 from executor.contract._workspace import Workspace
+
+
+@dataclass
+class ShellState:
+    """The shell state of a session, carried from one ``bash`` call to the next.
+
+    ``cwd`` is the working directory relative to the session's folder; ``env`` the variables
+    its commands exported. ``save(cwd, env)`` keeps the state a command ended with, for the
+    session's next call (on any worker).
+    """
+
+    cwd: str = "."
+    env: dict[str, str] = field(default_factory=dict)
+    save: Callable[[str, dict[str, str]], None] = lambda cwd, env: None
 
 
 def no_fence() -> None:
@@ -38,6 +52,8 @@ class ToolContext:
     fence: Callable[[], None] = no_fence
     commit_gate: threading.Lock = field(default_factory=threading.Lock)
     committed: bool = False
+    #: In a session: the shell state ``bash`` continues; None outside sessions.
+    shell: ShellState | None = None
 
     def check_fence(self) -> None:
         """Raise ``FenceError`` if this call's writes must no longer land."""

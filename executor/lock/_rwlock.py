@@ -93,7 +93,8 @@ class RWLock:
         self.redis = redis_client
         self.blocking_redis = blocking_client
         self._owned_clients: tuple[redis.Redis, ...] = ()
-        self.keys = (keys or Keys()).lock(scope)
+        self._key_space = keys or Keys()
+        self.keys = self._key_space.lock(scope)
         self.scope = scope
         self.policy: Policy = policy
         self.lease_ms = lease_ms
@@ -147,6 +148,17 @@ class RWLock:
         for client in self._owned_clients:
             client.close()
         self._owned_clients = ()
+
+    def for_scope(self, scope: str) -> RWLock:
+        """The lock of another scope, with this one's clients, settings and keeper.
+
+        Closing it closes nothing: the clients stay this lock's.
+        """
+        return RWLock(
+            self.redis, scope, keys=self._key_space, lease_ms=self.lease_ms,
+            recheck_s=self.recheck_s, waiter_ttl_ms=self.waiter_ttl_ms, policy=self.policy,
+            keeper=self.keeper, blocking_client=self.blocking_redis,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"RWLock(scope={self.scope!r}, policy={self.policy!r}, lease_ms={self.lease_ms})"

@@ -47,6 +47,10 @@ class WorkerCatalog(BaseModel):
     withheld: dict[str, str] = {}
     version: str
     published_at: float
+    #: Set when the worker serves sessions: the queue of its host's sessions.
+    host_queue: str = ""
+    #: False when the worker takes only session calls, not those of ``queue`` itself.
+    pool_calls: bool = True
 
     @classmethod
     def build(
@@ -59,13 +63,16 @@ class WorkerCatalog(BaseModel):
         pid: int,
         read_only: bool = False,
         withheld: dict[str, str] | None = None,
+        host_queue: str = "",
+        pool_calls: bool = True,
     ) -> WorkerCatalog:
         """An entry for ``tools``, stamped now, with their version; ``withheld`` maps each
         tool the worker was started not to serve to the reason."""
         listed = list(tools)
         return cls(worker=worker, queue=queue, host=host, pid=pid, read_only=read_only,
                    tools=listed, withheld=dict(withheld or {}),
-                   version=catalog_version(listed), published_at=time.time())  # fmt: skip
+                   version=catalog_version(listed), published_at=time.time(),
+                   host_queue=host_queue, pool_calls=pool_calls)  # fmt: skip
 
 
 class NoWorkerError(ToolpoolError):
@@ -184,6 +191,11 @@ def read_entries(client: redis.Redis, keys: Keys) -> list[WorkerCatalog]:
 
 
 def read_catalog(client: redis.Redis, keys: Keys, queue: str) -> Catalog:
-    """The tools served on ``queue`` (an RQ queue name, ``Keys.queue_name``) by live workers."""
-    entries = [entry for entry in read_entries(client, keys) if entry.queue == queue]
+    """The tools served on ``queue`` (an RQ queue name, ``Keys.queue_name``, or a host's
+    session queue, ``Keys.host_queue_name``) by live workers."""
+    entries = [
+        entry
+        for entry in read_entries(client, keys)
+        if (entry.queue == queue and entry.pool_calls) or entry.host_queue == queue
+    ]
     return Catalog(queue=queue, entries=tuple(entries))

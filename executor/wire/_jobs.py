@@ -36,6 +36,23 @@ def call_queue(client: redis.Redis, keys: Keys, queue: str) -> Queue:
     return Queue(keys.queue_name(queue), connection=client, serializer=JSONSerializer)
 
 
+def named_queue(client: redis.Redis, name: str) -> Queue:
+    """The RQ queue ``name`` (a full name: ``Keys.queue_name`` or ``Keys.host_queue_name``)."""
+    return Queue(name, connection=client, serializer=JSONSerializer)
+
+
+def enqueue_session_op(queue: Queue, payload: dict[str, object]) -> Job:
+    """Send a session's folder work (create, delete) to its host's queue, ahead of calls.
+
+    The same entry point as calls: a worker tells the two apart by the payload's
+    ``session_op``.
+    """
+    return queue.enqueue_call(
+        func=ENTRY_POINT, args=(payload,), timeout=-1, result_ttl=600, failure_ttl=600,
+        at_front=True, description=f"session {payload.get('session_op')} {payload.get('name')}",
+    )  # fmt: skip
+
+
 def enqueue_call(queue: Queue, job: CallJob, *, after: list[str], result_ttl: int) -> Job:
     """Enqueue one call, to start once every job in ``after`` has ended (even if it failed).
 

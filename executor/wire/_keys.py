@@ -32,6 +32,12 @@ Calls and turns (prefix ``toolpool``)::
     toolpool:catalog                     SET    names of the workers that publish a catalog
     toolpool:catalog:<worker>            STRING that worker's queue and tools (JSON); expires
                                                 unless the worker refreshes it
+    toolpool:sessions                    SET    names of the sessions that exist
+    toolpool:session:<name>              HASH   a session's record: host, state, use, shell state
+    toolpool:session:<name>:calls        ZSET   call ids sent to the session -> submit time
+    toolpool:session-reply:<request>     LIST   a host's answer to one create or delete
+    toolpool:session-sweep:<host>        STRING held by the one worker of a host that sweeps
+    RQ queue ``toolpool.<queue>@<host>``  the calls of the sessions that live on ``host``
     RQ queue ``toolpool.<queue>``        RQ's own keys (``rq:queue:toolpool.default``, ...)
 
 All keys of one lock scope share the hash tag ``{<prefix>:lock:<scope>}``, so the scope's
@@ -149,6 +155,34 @@ class Keys:
         """The RQ queue name for ``queue`` under this prefix (RQ builds its own keys from it)."""
         _check_part("queue name", queue)
         return f"{self.prefix}.{queue}"
+
+    def host_queue_name(self, queue: str, host: str) -> str:
+        """The RQ queue of the sessions that live on ``host``; only that host's workers take it."""
+        _check_part("host name", host)
+        if "@" in host:
+            raise ValueError(f"Invalid host name {host!r}: it may not contain '@'.")
+        return f"{self.queue_name(queue)}@{host}"
+
+    @property
+    def sessions_index(self) -> str:
+        """The set of session names."""
+        return f"{self.prefix}:sessions"
+
+    def session(self, name: str) -> str:
+        """A session's record (HASH)."""
+        return f"{self.prefix}:session:{name}"
+
+    def session_calls(self, name: str) -> str:
+        """The calls sent to a session, by submit time; those without a result still run."""
+        return f"{self.prefix}:session:{name}:calls"
+
+    def session_reply(self, request_id: str) -> str:
+        """Where a host's worker answers one session create or delete."""
+        return f"{self.prefix}:session-reply:{request_id}"
+
+    def session_sweep(self, host: str) -> str:
+        """Held, with an expiry, by the one worker of ``host`` that sweeps idle sessions."""
+        return f"{self.prefix}:session-sweep:{host}"
 
     def call_claim(self, call_id: str) -> str:
         """Which turn owns ``call_id``; set once, so two turns cannot share an id."""

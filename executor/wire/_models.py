@@ -30,6 +30,7 @@ class ErrorType(str, Enum):
     LOCK_LOST = "lock_lost"
     LOCK_UNAVAILABLE = "lock_unavailable"
     WORKER_LOST = "worker_lost"
+    UNKNOWN_SESSION = "unknown_session"
 
 
 def new_call_id() -> str:

@@ -54,6 +54,9 @@ class CallJob(BaseModel):
     call: ToolCall
     turn_id: str
     index: int
+    #: The session the call runs in (its folder, lock scope and shell state); None: the
+    #: worker's own workspace and scope.
+    session: str | None = None
 
 
 class TurnPlan(BaseModel):
@@ -72,6 +75,9 @@ class TurnPlan(BaseModel):
     job_ids: dict[int, str] = Field(default_factory=dict)
     answered: dict[int, ToolResult] = Field(default_factory=dict)
     submitted_at: float = Field(default_factory=time.time)
+    #: The session the turn ran in, and the RQ queue its calls went to.
+    session: str | None = None
+    queue: str = ""
 
     def enqueued(self) -> list[str]:
         """The call ids of the turn that went to the workers, in call order."""

@@ -26,7 +26,7 @@ from executor.cli._common import (
     require_redis,
     settings_for,
 )
-from executor.wire import Keys
+from executor.wire import Keys, host_name
 from workers._embedded_redis import RedisServer
 from workers.cli._registry import build_registry, tools_option
 from workers.pool._pool import PoolChild, WorkerPool
@@ -80,23 +80,40 @@ class _WorkspacePath(click.Path):
 
 
 def _workspace_option(default: str | None) -> Callable[[F], F]:
-    """``--workspace``: required when ``default`` is None (``worker``), else defaulted (``up``)."""
-    # Click 8.3+ takes an explicit ``default=None`` as a value, which would satisfy
-    # ``required``: pass a default only when there is one.
+    """``--workspace``: optional when ``default`` is None (``worker``, which then needs
+    ``--sessions-root``), else defaulted (``up``)."""
+    # Click 8.3+ takes an explicit ``default=None`` as a value: pass one only when there is one.
     defaults: dict[str, Any] = {"default": default, "show_default": True} if default else {}
     return click.option(
         "--workspace",
         type=_WorkspacePath(exists=True, file_okay=False, path_type=Path, resolve_path=True),
         envvar="TOOLPOOL_WORKSPACE",
-        required=default is None,
-        help="The folder the file tools may touch; it must exist (env TOOLPOOL_WORKSPACE).",
+        help="The folder the file tools may touch in calls without a session; it must exist "
+        "(env TOOLPOOL_WORKSPACE).",
         **defaults,
     )
+
+
+def _sessions_options(command: F) -> F:
+    """``--sessions-root`` and ``--host``: serve sessions from folders on this host's disk."""
+    options = [
+        click.option("--sessions-root", type=click.Path(exists=True, file_okay=False,
+                     path_type=Path, resolve_path=True), envvar="TOOLPOOL_SESSIONS_ROOT",
+                     default=None, help="Serve sessions: session S lives in DIR/S (env "
+                     "TOOLPOOL_SESSIONS_ROOT). Without --workspace, only session calls."),
+        click.option("--host", "host", envvar="TOOLPOOL_HOST", default=None,
+                     help="The host name sessions are pinned to (env TOOLPOOL_HOST; default "
+                     "this machine's name). Workers sharing a disk share it."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @click.command("worker")
 @connection_options
 @_workspace_option(None)
+@_sessions_options
 @click.option("--queue", envvar="TOOLPOOL_QUEUE", default=None,
               help="Queue to take calls from (env TOOLPOOL_QUEUE; default 'default').")  # fmt: skip
 @click.option("--scope", envvar="TOOLPOOL_SCOPE", default=None,
@@ -106,7 +123,9 @@ def _workspace_option(default: str | None) -> Callable[[F], F]:
 def worker_command(
     redis_url: str | None,
     prefix: str | None,
-    workspace: Path,
+    workspace: Path | None,
+    sessions_root: Path | None,
+    host: str | None,
     queue: str | None,
     scope: str | None,
     workers: int,
@@ -123,16 +142,32 @@ def worker_command(
     stops the pool gracefully (calls in flight finish, up to --grace seconds); a second one
     stops it at once.
     """
-    settings = settings_for(redis_url, prefix, workspace=workspace, queue=queue, scope=scope)
+    if workspace is None and sessions_root is None:
+        raise click.UsageError(
+            "Give the worker a folder: --workspace DIR (the folder its file tools may touch), "
+            "or --sessions-root DIR to serve sessions (one folder per session), or both. "
+            "Or set TOOLPOOL_WORKSPACE."
+        )
+    settings = settings_for(
+        redis_url, prefix, workspace=workspace or sessions_root, queue=queue, scope=scope,
+        sessions_root=sessions_root, host=host, serve_pool_calls=workspace is not None,
+    )  # fmt: skip
     url = require_redis(settings)
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
     _check_redis(url, _WORKER_HINT)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
+    where = []
+    if settings.serve_pool_calls:
+        where.append(f"queue {settings.queue!r}, scope {settings.scope!r}, "
+                     f"workspace {settings.workspace}")  # fmt: skip
+    if settings.sessions_root is not None:
+        where.append(f"sessions in {settings.sessions_root} on host "
+                     f"{host_name(settings.host)!r}")  # fmt: skip
     click.echo(
         f"toolpool worker: {_processes(workers)} ({_mode(fork, workers)}) on {shown_url(url)}, "
-        f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
+        + "; ".join(where)
     )
     click.echo(f"toolpool worker: {served.describe()}")
     pool.run(on_start=_print_children)
@@ -266,6 +301,7 @@ def _check_names(settings: Settings) -> None:
         keys = Keys(settings.key_prefix)
         keys.lock(settings.scope)
         keys.queue_name(settings.queue)
+        host_name(settings.host)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

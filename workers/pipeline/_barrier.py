@@ -14,12 +14,11 @@ from workers.pipeline._commit import commit_barrier
 
 
 class CommitBarrier:
-    """The barrier of one workspace: raises ``ToolError`` if a commit outlasts ``timeout``."""
+    """The barrier of a workspace: raises ``ToolError`` if a commit outlasts ``timeout``."""
 
-    def __init__(self, root: Path, timeout: float) -> None:
-        self._root = root
+    def __init__(self, timeout: float) -> None:
         self._timeout = timeout
 
-    def __call__(self) -> None:
-        """Return once no commit is in flight in the workspace (at once, usually)."""
-        commit_barrier(self._root, timeout=self._timeout)
+    def __call__(self, root: Path) -> None:
+        """Return once no commit is in flight in the workspace at ``root`` (at once, usually)."""
+        commit_barrier(root, timeout=self._timeout)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from executor import Settings
-from executor.contract import Tool, ToolRegistry, Workspace, no_fence
+from executor.contract import ShellState, Tool, ToolRegistry, Workspace, no_fence
 from executor.wire import CallJob, ToolCall, ToolResult
 from workers.pipeline._keep import KeepFullOutput
 
@@ -64,6 +64,10 @@ class CallState:
     guard: LockGuard | None = None
     #: Set from outside (cancel, the heartbeat, a lost lease) to stop this run of the call.
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: In a session (set by the session step): its lock scope and shell state; None: the
+    #: worker's own scope, no shell state.
+    scope: str | None = None
+    shell: ShellState | None = None
     started: float = 0.0
     tool: Tool | None = None
     arguments: dict[str, Any] = field(default_factory=dict)

@@ -9,20 +9,27 @@ from __future__ import annotations
 from typing import Any
 
 from workers.pipeline._runtime import WorkerRuntime
+from workers.sessions import SessionAdmin
 
 _runtime: WorkerRuntime | None = None
+_admin: SessionAdmin | None = None
 
 
 def install(runtime: WorkerRuntime) -> None:
     """Make ``runtime`` the one that runs this process's calls."""
-    global _runtime  # noqa: PLW0603 -- one runtime per worker process, set once at start
+    global _runtime, _admin  # noqa: PLW0603 -- one runtime per worker process, set once
     _runtime = runtime
+    _admin = SessionAdmin(runtime.client, runtime.keys, runtime.settings.sessions_root,
+                          runtime.host)  # fmt: skip
 
 
 def execute(payload: dict[str, Any]) -> dict[str, Any]:
-    """Run one call (a ``CallJob`` as JSON) and return its ``ToolResult`` as JSON."""
-    if _runtime is None:
+    """Run one call (a ``CallJob`` as JSON) and return its ``ToolResult`` as JSON; or, for a
+    ``session_op`` payload, create or delete a session's folder on this host."""
+    if _runtime is None or _admin is None:
         raise RuntimeError(
             "This process has no toolpool runtime: start workers with `toolpool worker`."
         )
+    if "session_op" in payload:
+        return _admin.handle(payload)
     return _runtime.execute(payload)

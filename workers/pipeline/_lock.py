@@ -8,10 +8,13 @@ concurrency-safe tools and exclusive for the rest, granted past the commit barri
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import redis
 
@@ -55,9 +58,10 @@ def lock(state: CallState, proceed: Proceed) -> ToolResult:
 class LeaseGuard:
     """The worker's guard: take a lease, pass the commit barrier, announce, give it back.
 
-    ``barrier`` is the workspace's ``CommitBarrier`` (``workers.pipeline._barrier``); it is
-    passed between the grant and its announcement, and a barrier that fails gives the lease
-    back unannounced: the call did not run.
+    ``barrier`` is the ``CommitBarrier`` (``workers.pipeline._barrier``) of the call's
+    workspace; it is passed between the grant and its announcement, and a barrier that fails
+    gives the lease back unannounced: the call did not run. A call in a session takes the lock
+    of the session's scope (``state.scope``), any other call ``rwlock``'s.
     """
 
     def __init__(
@@ -67,10 +71,10 @@ class LeaseGuard:
         settings: Settings,
         *,
         worker_name: str,
-        barrier: Callable[[], None],
+        barrier: Callable[[Path], None],
         lock_loss: LockLoss,
     ) -> None:
-        self._lock = rwlock
+        self._locks = LockScopes(rwlock)
         self._events = events
         self._wait_s = settings.lock_wait_timeout
         self._worker = worker_name
@@ -83,15 +87,16 @@ class LeaseGuard:
         call, tool, turn_id = state.call, state.checked_tool(), state.turn_id
         mode = SHARED if tool.is_concurrency_safe else EXCLUSIVE
         owner = OwnerInfo.current(worker=self._worker, call_id=call.id, tool=tool.name)
+        rwlock = self._locks(state.scope)
         started = time.monotonic()
         try:
-            lease = self._lock.acquire(mode, timeout=0, owner=owner)
+            lease = rwlock.acquire(mode, timeout=0, owner=owner)
         except LockTimeout:
             self._events.emit("lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name,
                               mode=mode)  # fmt: skip
-            lease = self._lock.acquire(mode, timeout=self._wait_s, owner=owner)
+            lease = rwlock.acquire(mode, timeout=self._wait_s, owner=owner)
         try:
-            self._barrier()
+            self._barrier(state.workspace.root)
         except BaseException:
             with contextlib.suppress(redis.RedisError, LockError):
                 lease.release()
@@ -121,6 +126,31 @@ class LeaseGuard:
             self._events.defer("lock_released", call_id=call.id, turn_id=turn_id,
                                tool=tool.name, mode=mode, fence=lease.fence, held=released,
                                released_at=released_at)  # fmt: skip
+
+
+class LockScopes:
+    """The worker's own lock and, built on first use, the lock of each session scope.
+
+    They share the worker lock's connections and lease keeper; the most recently used
+    ``keep`` are cached (a lock object is cheap, its scripts are loaded once per connection).
+    """
+
+    def __init__(self, base: RWLock, keep: int = 1024) -> None:
+        self._base = base
+        self._keep = keep
+        self._cache: collections.OrderedDict[str, RWLock] = collections.OrderedDict()
+        self._guard = threading.Lock()
+
+    def __call__(self, scope: str | None) -> RWLock:
+        """The lock of ``scope``; None (or the worker's own scope) is the worker's lock."""
+        if scope is None or scope == self._base.scope:
+            return self._base
+        with self._guard:
+            found = self._cache.pop(scope, None) or self._base.for_scope(scope)
+            self._cache[scope] = found
+            while len(self._cache) > self._keep:
+                self._cache.popitem(last=False)
+            return found
 
 
 class _LeaseHeld:

@@ -44,6 +44,7 @@ def run(state: CallState) -> ToolResult:
         deadline=time.monotonic() + limit,
         cancelled=state.cancelled,
         fence=state.held.check_fence if state.held is not None else state.fence,
+        shell=state.shell,
     )
     if context.cancelled.is_set():
         return finish(call, tool, state.settings, state.started, ErrorType.CANCELLED,

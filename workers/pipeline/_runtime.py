@@ -15,7 +15,7 @@ import redis
 from executor import Settings
 from executor.contract import ToolRegistry, Workspace
 from executor.lock import RWLock
-from executor.wire import EventLog, Keys, ResultStore
+from executor.wire import EventLog, Keys, ResultStore, SessionStore, host_name
 from workers.pipeline._barrier import CommitBarrier
 from workers.pipeline._chain import CallState, Step, chain
 from workers.pipeline._claim import Claim, skip_cancelled
@@ -26,6 +26,7 @@ from workers.pipeline._lock import LeaseGuard
 from workers.pipeline._lock_loss import LockLoss
 from workers.pipeline._run import run
 from workers.pipeline._runner import CALL_STEPS
+from workers.pipeline._session import EnterSession
 from workers.pipeline._store import Store
 from workers.pipeline._validate import parse_job
 
@@ -47,6 +48,7 @@ class WorkerRuntime:
         self.worker_name = worker_name
         self.keys = Keys(settings.key_prefix)
         self.workspace = Workspace(settings.workspace)
+        self.host = host_name(settings.host)
         self.client = redis.Redis.from_url(redis_url)
         self.lock = lock or RWLock.from_url(
             redis_url, settings.scope, keys=self.keys, lease_ms=settings.lock_lease_ms
@@ -55,12 +57,13 @@ class WorkerRuntime:
         self.events = EventLog(
             self.client, self.keys, maxlen=settings.events_maxlen, worker=worker_name
         )
+        self.sessions = SessionStore(self.client, self.keys)
         store = Store(self.results, self.events)
         lock_loss = LockLoss(self.client, self.keys, self.events)
         self._keep = FullOutputKeeper(self.results, settings)
         self._guard = LeaseGuard(
             self.lock, self.events, settings, worker_name=worker_name, lock_loss=lock_loss,
-            barrier=CommitBarrier(self.workspace.root, timeout=settings.lock_wait_timeout),
+            barrier=CommitBarrier(timeout=settings.lock_wait_timeout),
         )  # fmt: skip
         # The worker's steps, outermost first: each one's code before ``proceed`` runs in this
         # order, its code after it in reverse. So, in time: claim, validate, lock (the lease,
@@ -75,6 +78,13 @@ class WorkerRuntime:
             Heartbeat(self.client, self.keys, settings, worker_name=worker_name),
             Emit(self.events),  # emit: tool_result, in the stream before the result is stored
             skip_cancelled,  # claim: a call whose turn was cancelled does not start
+            # session: a session's call runs in its folder, lock scope and shell state
+            EnterSession(
+                self.sessions,
+                settings.sessions_root,
+                self.host,
+                pool_calls=settings.serve_pool_calls,
+            ),
             *CALL_STEPS,  # validate, restate (lock loss), lock: the steps of every run
         )
         self._execute = chain(self.steps, run)

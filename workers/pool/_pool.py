@@ -139,9 +139,11 @@ class WorkerPool:
         if workers < 1:
             raise ConfigurationError(f"A pool needs at least one worker, got {workers}.")
         self.redis_url = redis_url
+        root = settings.sessions_root
         self.settings = settings.with_changes(
-            redis_url=redis_url, workspace=Path(settings.workspace).resolve()
-        )
+            redis_url=redis_url, workspace=Path(settings.workspace).resolve(),
+            sessions_root=None if root is None else Path(root).resolve(),
+        )  # fmt: skip
         self.tool_specs = tuple(tool_specs)
         self.forking = forking
         self.read_only = read_only

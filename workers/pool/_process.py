@@ -13,6 +13,7 @@ import os
 import socket
 from collections.abc import Collection, Iterable, Mapping
 
+from rq import Queue
 from rq.serializers import JSONSerializer
 
 from executor import ConfigurationError, Settings, UnknownToolError
@@ -22,6 +23,7 @@ from workers.pipeline import _job as job
 from workers.pipeline._runtime import WorkerRuntime
 from workers.pool._catalog import CatalogPublisher
 from workers.pool._rq_worker import ToolpoolForkingWorker, ToolpoolWorker
+from workers.sessions import SessionSweeper
 
 
 def worker_name(index: int | None = None) -> str:
@@ -102,19 +104,37 @@ def run_worker(
     job.install(runtime)
     worker_class = ToolpoolForkingWorker if forking else ToolpoolWorker
     queue = call_queue(runtime.client, runtime.keys, settings.queue)
-    worker = worker_class([queue], connection=runtime.client, serializer=JSONSerializer, name=name)
+    queues = [queue] if settings.serve_pool_calls else []
+    host_queue = ""
+    if settings.sessions_root is not None:
+        # The host's session calls first: they can only run here, the pool's queue anywhere.
+        host_queue = runtime.keys.host_queue_name(settings.queue, runtime.host)
+        queues.insert(0, Queue(host_queue, connection=runtime.client, serializer=JSONSerializer))
+    if not queues:
+        raise ConfigurationError(
+            "This worker would take no calls: give it a workspace, a sessions root, or both."
+        )
+    worker = worker_class(queues, connection=runtime.client, serializer=JSONSerializer, name=name)
     worker.events = runtime.events
     logging.getLogger("rq.worker").setLevel(logging_level)
     entry = WorkerCatalog.build(
         name, queue.name, (ToolInfo.of(item) for item in registry),
-        host=socket.gethostname(), pid=os.getpid(),
+        host=runtime.host, pid=os.getpid(), host_queue=host_queue,
+        pool_calls=settings.serve_pool_calls,
         read_only=bool(registry.names()) and all(item.is_read_only for item in registry),
         withheld=registry.withheld if isinstance(registry, ServedRegistry) else None,
     )  # fmt: skip
     publisher = CatalogPublisher(runtime.client, runtime.keys, entry)
     publisher.start()
+    sweeper = None
+    if settings.sessions_root is not None:
+        sweeper = SessionSweeper(runtime.client, runtime.keys, settings.sessions_root,
+                                 runtime.host, settings.session_sweep_s)  # fmt: skip
+        sweeper.start()
     try:
         return bool(worker.work(burst=burst, max_jobs=max_jobs, logging_level=logging_level))
     finally:
+        if sweeper is not None:
+            sweeper.stop()
         publisher.stop()
         runtime.close()

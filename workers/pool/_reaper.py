@@ -43,8 +43,10 @@ from executor.wire import (
     call_queue,
     dequeued_not_started,
     end_lost_job,
+    host_name,
     job_id,
     requeue_dequeued,
+    session_scope,
     started_by,
 )
 
@@ -120,7 +122,16 @@ class Reaper:
         return True
 
     def _release_leases(self, dead: DeadChild) -> None:
-        status = self._lock.status()
+        # The pool's scope, and the session's if the child died in a session's call.
+        job = self._current_job(dead)
+        locks = [self._lock]
+        if job is not None and job.session is not None:
+            locks.append(self._lock.for_scope(session_scope(job.session)))
+        for lock in locks:
+            self._release_leases_in(dead, lock)
+
+    def _release_leases_in(self, dead: DeadChild, lock: RWLock) -> None:
+        status = lock.status()
         entries: list[HolderStatus | WaiterStatus] = [*status.holders, *status.queue]
         for entry in entries:
             owner = entry.owner
@@ -128,20 +139,26 @@ class Reaper:
             if (
                 ours
                 and (owner.pid == dead.pid or owner.pid in dead.killed)
-                and self._lock.force_release(entry.token)
+                and lock.force_release(entry.token)
             ):
                 log.info("toolpool: released the %s lock lease of dead worker %s",
                              entry.mode, dead.name)  # fmt: skip
 
-    def _answer_call(self, dead: DeadChild) -> None:
-        key = self._keys.worker_current(dead.name)
-        raw = self._client.get(key)
+    def _current_job(self, dead: DeadChild) -> CallJob | None:
+        """The call ``dead`` was running, as its claim recorded it; None if none or unreadable."""
+        raw = self._client.get(self._keys.worker_current(dead.name))
         if raw is None:
-            return
+            return None
         try:
-            job = CallJob.model_validate_json(raw)
+            return CallJob.model_validate_json(raw)
         except ValidationError:
             log.warning("toolpool: unreadable current call of worker %s: %r", dead.name, raw)
+            return None
+
+    def _answer_call(self, dead: DeadChild) -> None:
+        key = self._keys.worker_current(dead.name)
+        job = self._current_job(dead)
+        if job is None:
             self._client.delete(key)
             return
         self._answer_lost(dead, job)
@@ -174,7 +191,7 @@ class Reaper:
 
     def _served_queues(self, name: str) -> list[Queue]:
         """The queues worker ``name`` took jobs from: the pool's, and those RQ recorded."""
-        names = [self._pool_queue().name]
+        names = [queue.name for queue in self._pool_queues()]
         raw = self._client.hget(Worker.redis_worker_namespace_prefix + name, "queues")
         if raw:
             names += [n for n in as_text(raw).split(",") if n and n not in names]
@@ -248,17 +265,27 @@ class Reaper:
         start it, the run's claim (see ``workers.pipeline._runtime``) keeps the call from
         running twice.
         """
-        queue = self._pool_queue()
         now = time.monotonic()
-        waiting = dequeued_not_started(queue)
-        self._first_seen = {job: self._first_seen.get(job, now) for job in waiting}
         why = f"no worker started it within {self._grace:g} s of its dequeue"
-        for rq_job_id, since in self._first_seen.items():
-            if now - since >= self._grace:
-                self._requeue(None, queue, rq_job_id, why)
+        seen: dict[str, float] = {}
+        for queue in self._pool_queues():
+            waiting = dequeued_not_started(queue)
+            seen.update({job: self._first_seen.get(job, now) for job in waiting})
+            for rq_job_id in waiting:
+                if now - seen[rq_job_id] >= self._grace:
+                    self._requeue(None, queue, rq_job_id, why)
+        self._first_seen = seen
 
     def _pool_queue(self) -> Queue:
         return call_queue(self._client, self._keys, self._settings.queue)
+
+    def _pool_queues(self) -> list[Queue]:
+        """The pool's queue and, when it serves sessions, its host's queue."""
+        queues = [self._pool_queue()]
+        if self._settings.sessions_root is not None:
+            name = self._keys.host_queue_name(self._settings.queue, host_name(self._settings.host))
+            queues.append(Queue(name, connection=self._client, serializer=JSONSerializer))
+        return queues
 
     def _requeue(
         self,

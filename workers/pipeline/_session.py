@@ -1,0 +1,70 @@
+"""Session: a call that names a session runs in that session's folder, lock scope and shell.
+
+The step enters the session (one script: it must exist, be ready and live on this worker's
+host; the call is counted and the session's last use stamped) and points the call at the
+session: its folder under the worker's sessions root as the workspace, the session's lock
+scope, and the shell state ``bash`` continues. A call that cannot enter is answered
+``unknown_session`` and runs nothing; a call without a session passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from executor.contract import ShellState, Workspace
+from executor.wire import ErrorType, SessionStore, ToolResult, session_scope
+from workers.pipeline._chain import CallState, Proceed
+
+
+class EnterSession:
+    """Step: move a session's call into its session; ``unknown_session`` if it cannot be."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        sessions_root: Path | None,
+        host: str,
+        *,
+        pool_calls: bool = True,
+    ) -> None:
+        self._store = store
+        self._root = Path(os.path.realpath(sessions_root)) if sessions_root else None
+        self._host = host
+        self._pool_calls = pool_calls
+
+    def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
+        name = state.the_job().session
+        if name is None:
+            if self._pool_calls:
+                return proceed(state)
+            return _refuse(state, "this worker serves only sessions (it was started with "
+                           "--sessions-root and no --workspace); name a session")  # fmt: skip
+        if self._root is None:
+            return _refuse(
+                state, "this worker serves no sessions (it was started without "
+                f"--sessions-root), so it cannot run a call of session {name!r}",
+            )  # fmt: skip
+        entered = self._store.enter(name, self._host)
+        if not entered.ok:
+            return _refuse(state, entered.problem)
+        folder = self._root / name
+        if not folder.is_dir():
+            return _refuse(
+                state, f"session {name!r} has no folder on host {self._host!r} "
+                f"({folder} is missing); delete the session and create it again",
+            )  # fmt: skip
+        state.workspace = Workspace(folder)
+        state.scope = session_scope(name)
+
+        def save(cwd: str, env: dict[str, str]) -> None:
+            self._store.save_shell(name, cwd, env)
+
+        state.shell = ShellState(cwd=entered.cwd, env=entered.env, save=save)
+        return proceed(state)
+
+
+def _refuse(state: CallState, problem: str) -> ToolResult:
+    call = state.call
+    message = f"{call.name!r} did not run: {problem}."
+    return ToolResult.failure(call.id, call.name, ErrorType.UNKNOWN_SESSION, message)

@@ -20,11 +20,13 @@ from executor.cli._common import (
     connection_options,
     json_object,
     require_redis,
+    session_option,
     settings_for,
     talking_to,
 )
 from executor.cli._lock import lock as lock_group
 from executor.cli._ops import events_command, status_command
+from executor.cli._sessions import session as session_group
 from executor.client import Executor, TurnError
 from executor.contract import FORMATS, SchemaFormat, ToolInfo, export_tools
 from executor.wire import ToolCall, parse_call
@@ -163,6 +165,7 @@ wait_option = click.option(
 @click.option("--id", "call_id", default=None, help="Call id (default: a new one).")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait for the result.")
 @wait_option
+@session_option
 @connection_options
 def call_command(
     name: str,
@@ -170,6 +173,7 @@ def call_command(
     call_id: str | None,
     timeout: float | None,
     wait_for_workers: float,
+    session: str | None,
     redis_url: str | None,
     prefix: str | None,
 ) -> None:
@@ -179,7 +183,7 @@ def call_command(
     """
     call = ToolCall(name=name, arguments=json_object(args_json),
                     **({"id": call_id} if call_id else {}))  # fmt: skip
-    settings = settings_for(redis_url, prefix)
+    settings = settings_for(redis_url, prefix, session=session)
     require_redis(settings)
     with talking_to(settings), _executor(settings, wait=wait_for_workers) as executor:
         result = executor.run([call], timeout=timeout)[0]
@@ -193,12 +197,14 @@ def call_command(
 @click.option("--jsonl", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Append the turn's events to this JSONL log.")  # fmt: skip
 @wait_option
+@session_option
 @connection_options
 def run_command(
     source: Any,
     timeout: float | None,
     jsonl: Path | None,
     wait_for_workers: float,
+    session: str | None,
     redis_url: str | None,
     prefix: str | None,
 ) -> None:
@@ -208,7 +214,7 @@ def run_command(
     Calls may be {"id", "name", "arguments"}, OpenAI tool calls or Anthropic tool_use blocks.
     """
     calls = _read_calls(source.read())
-    settings = settings_for(redis_url, prefix)
+    settings = settings_for(redis_url, prefix, session=session)
     require_redis(settings)
     with talking_to(settings), _executor(settings, jsonl, wait=wait_for_workers) as executor:
         try:
@@ -239,6 +245,7 @@ def output_command(call_id: str, redis_url: str | None, prefix: str | None) -> N
 main.add_command(status_command)
 main.add_command(events_command)
 main.add_command(lock_group)
+main.add_command(session_group)
 
 
 def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:

@@ -10,11 +10,33 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from executor._errors import ToolpoolError
+from executor._errors import SessionError, ToolpoolError
 from executor._settings import Settings, shown_url
+from executor.wire import session_scope
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def session_option(command: F) -> F:
+    """``--session``: run in (or look at) one session (env TOOLPOOL_SESSION)."""
+    return click.option(
+        "--session",
+        envvar="TOOLPOOL_SESSION",
+        default=None,
+        help="The session: its folder, lock scope and shell state (env TOOLPOOL_SESSION; "
+        "default: none, the workers' own workspace).",
+    )(command)
+
+
+def scope_of(settings: Settings, session: str | None) -> str:
+    """The lock scope a command looks at: the session's, or the configured one."""
+    if session is None:
+        return settings.scope
+    try:
+        return session_scope(session)
+    except SessionError as exc:
+        raise click.BadParameter(str(exc), param_hint="--session") from None
 
 
 def connection_options(command: F) -> F:

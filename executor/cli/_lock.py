@@ -6,7 +6,13 @@ import click
 import redis
 
 from executor._settings import shown_url
-from executor.cli._common import connection_options, require_redis, settings_for
+from executor.cli._common import (
+    connection_options,
+    require_redis,
+    scope_of,
+    session_option,
+    settings_for,
+)
 from executor.lock import LockStatus, OwnerInfo, RWLock
 from executor.wire import Keys
 
@@ -15,14 +21,18 @@ scope_option = click.option(
 )
 
 
-def _open(redis_url: str | None, scope: str | None, prefix: str | None) -> tuple[RWLock, str]:
+def _open(
+    redis_url: str | None, scope: str | None, prefix: str | None, session: str | None = None
+) -> tuple[RWLock, str]:
+    if scope is not None and session is not None:
+        raise click.UsageError("Give --scope or --session, not both: a session has its own scope.")
     settings = settings_for(redis_url, prefix, scope=scope)
     url = require_redis(settings)
     try:
         client = redis.Redis.from_url(url)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--redis") from None
-    return RWLock(client, settings.scope, keys=Keys(settings.key_prefix)), url
+    return RWLock(client, scope_of(settings, session), keys=Keys(settings.key_prefix)), url
 
 
 def _who(owner: OwnerInfo) -> str:
@@ -71,10 +81,14 @@ def lock() -> None:
 @lock.command("status")
 @connection_options
 @scope_option
+@session_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(redis_url: str | None, prefix: str | None, scope: str | None, as_json: bool) -> None:
-    """Show the lock's holders, its queue and its counters."""
-    rwlock, url = _open(redis_url, scope, prefix)
+def status(
+    redis_url: str | None, prefix: str | None, scope: str | None, session: str | None,
+    as_json: bool,
+) -> None:  # fmt: skip
+    """Show the lock's holders, its queue and its counters (a session's: --session)."""
+    rwlock, url = _open(redis_url, scope, prefix, session)
     try:
         snapshot = rwlock.status()
     except redis.RedisError as exc:
@@ -85,10 +99,13 @@ def status(redis_url: str | None, prefix: str | None, scope: str | None, as_json
 @lock.command("release")
 @connection_options
 @scope_option
+@session_option
 @click.option("--token", required=True, help="The lease token to end (see `lock status`).")
-def release(redis_url: str | None, prefix: str | None, scope: str | None, token: str) -> None:
+def release(
+    redis_url: str | None, prefix: str | None, scope: str | None, session: str | None, token: str
+) -> None:
     """Force-release a lease (or drop a waiter); its holder finds out at its next renewal."""
-    rwlock, url = _open(redis_url, scope, prefix)
+    rwlock, url = _open(redis_url, scope, prefix, session)
     try:
         ended = rwlock.force_release(token)
     except redis.RedisError as exc:

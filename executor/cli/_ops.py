@@ -12,25 +12,48 @@ import redis
 from rq import Worker
 
 from executor._settings import Settings, shown_url
-from executor.cli._common import connection_options, require_redis, settings_for
+from executor.cli._common import connection_options, require_redis, session_option, settings_for
 from executor.lock import RWLock
-from executor.wire import CallJob, Event, Keys, append_jsonl, call_queue, follow_events, read_events
+from executor.wire import (
+    CallJob,
+    Event,
+    Keys,
+    SessionStore,
+    TurnPlan,
+    append_jsonl,
+    call_queue,
+    check_session_name,
+    follow_events,
+    named_queue,
+    read_events,
+    session_scope,
+)
 
 _FAILURES = {"call_lost", "call_refused", "lock_lost"}
 
 
 @click.command("status")
 @click.option("--scope", default=None, help="Lock scope to show (default: TOOLPOOL_SCOPE).")
+@session_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @connection_options
 def status_command(
-    scope: str | None, as_json: bool, redis_url: str | None, prefix: str | None
+    scope: str | None,
+    session: str | None,
+    as_json: bool,
+    redis_url: str | None,
+    prefix: str | None,
 ) -> None:
-    """Queue depth, workers and their current calls, lock holders and waiters, failures."""
+    """Queue depth, workers and their current calls, lock holders and waiters, failures.
+
+    With --session: the session's host queue and lock, and the session itself.
+    """
+    if scope is not None and session is not None:
+        raise click.UsageError("Give --scope or --session, not both: a session has its own scope.")
     settings = settings_for(redis_url, prefix, scope=scope)
     client = _connect(settings)
     try:
-        report = _status(client, settings)
+        report = _status(client, settings, session)
     except redis.RedisError as exc:
         raise click.ClickException(
             f"Cannot read status from {shown_url(settings.redis_url or '')}: {exc}"
@@ -52,6 +75,7 @@ def status_command(
               help="How many recent events to show first.")  # fmt: skip
 @click.option("--turn", "turn_id", default=None, help="Only this turn's events.")
 @click.option("--call", "call_id", default=None, help="Only this call's events.")
+@session_option
 @connection_options
 def events_command(
     follow: bool,
@@ -60,17 +84,24 @@ def events_command(
     count: int,
     turn_id: str | None,
     call_id: str | None,
+    session: str | None,
     redis_url: str | None,
     prefix: str | None,
 ) -> None:
-    """Show the structured events (calls, approvals and the lock's), or save them as JSONL."""
+    """Show the structured events (calls, approvals and the lock's), or save them as JSONL.
+
+    With --session, only the events of that session's turns.
+    """
     settings = settings_for(redis_url, prefix)
     client = _connect(settings, blocking=follow)
     keys = Keys(settings.key_prefix)
+    in_session = _TurnSessions(client, keys)
 
     def wanted(item: Event) -> bool:
-        return (turn_id is None or item.turn_id == turn_id) and (
-            call_id is None or item.call_id == call_id
+        return (
+            (turn_id is None or item.turn_id == turn_id)
+            and (call_id is None or item.call_id == call_id)
+            and (session is None or in_session(item.turn_id) == session)
         )
 
     def show(batch: list[Event]) -> None:
@@ -98,6 +129,23 @@ def events_command(
         client.close()
 
 
+class _TurnSessions:
+    """The session of each turn, read from its stored plan once (None: no session)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._client = client
+        self._keys = keys
+        self._known: dict[str, str | None] = {}
+
+    def __call__(self, turn_id: str) -> str | None:
+        if not turn_id:
+            return None
+        if turn_id not in self._known:
+            raw = self._client.get(self._keys.turn(turn_id))
+            self._known[turn_id] = TurnPlan.model_validate_json(raw).session if raw else None
+        return self._known[turn_id]
+
+
 def _connect(settings: Settings, *, blocking: bool = False) -> redis.Redis:
     url = require_redis(settings)
     try:
@@ -106,9 +154,20 @@ def _connect(settings: Settings, *, blocking: bool = False) -> redis.Redis:
         raise click.BadParameter(str(exc), param_hint="--redis") from None
 
 
-def _status(client: redis.Redis, settings: Settings) -> dict[str, Any]:
+def _status(client: redis.Redis, settings: Settings, session: str | None) -> dict[str, Any]:
     keys = Keys(settings.key_prefix)
     queue = call_queue(client, keys, settings.queue)
+    scope = settings.scope
+    about: dict[str, Any] | None = None
+    if session is not None:
+        info = SessionStore(client, keys).read(check_session_name(session))
+        if info is None:
+            raise click.ClickException(f"No session {session!r} (never created, deleted, or "
+                                       "expired).")  # fmt: skip
+        queue = named_queue(client, keys.host_queue_name(settings.queue, info.host))
+        scope = session_scope(session)
+        about = {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
+                 "pending": info.pending, "cwd": info.cwd}  # fmt: skip
     workers = []
     for worker in Worker.all(queue=queue):
         raw = client.get(keys.worker_current(worker.name))
@@ -123,7 +182,7 @@ def _status(client: redis.Redis, settings: Settings) -> dict[str, Any]:
                 "tool": current.call.name if current else None,
             }
         )
-    lock = RWLock(client, settings.scope, keys=keys)
+    lock = RWLock(client, scope, keys=keys)
     lock_status = lock.status()
     failures = [
         item.model_dump(mode="json")
@@ -132,6 +191,7 @@ def _status(client: redis.Redis, settings: Settings) -> dict[str, Any]:
         or (item.event == "tool_result" and item.data.get("status") == "error")
     ][-10:]
     return {
+        **({"session": about} if about is not None else {}),
         "queue": {
             "name": queue.name,
             "queued": queue.count,
@@ -146,6 +206,12 @@ def _status(client: redis.Redis, settings: Settings) -> dict[str, Any]:
 
 
 def _print_status(report: dict[str, Any]) -> None:
+    if "session" in report:
+        about = report["session"]
+        click.echo(
+            f"Session {about['name']} on host {about['host']}: {about['state']}, "
+            f"{about['calls']} calls, {about['pending']} pending, cwd {about['cwd']}"
+        )
     queue = report["queue"]
     click.echo(
         f"Queue {queue['name']}: {queue['queued']} queued, {queue['waiting_on_earlier_calls']} "

@@ -1,0 +1,185 @@
+"""``toolpool session ...``: create, list, show and delete sessions."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from pathlib import Path
+
+import click
+
+from executor._settings import Settings
+from executor.cli._common import connection_options, require_redis, settings_for, talking_to
+from executor.client import Sessions
+from executor.lock import LockStatus
+from executor.wire import SessionInfo
+
+
+def _sessions(settings: Settings) -> Sessions:
+    require_redis(settings)
+    try:
+        return Sessions(settings=settings)
+    except ValueError as exc:  # a URL redis-py cannot parse
+        raise click.BadParameter(str(exc), param_hint="--redis") from None
+
+
+@click.group("session")
+def session() -> None:
+    """Create, list, show and delete sessions: one agent's folder, lock scope and shell.
+
+    Workers serve sessions when started with `toolpool worker --sessions-root DIR`; a call
+    runs in a session with `--session NAME` (or TOOLPOOL_SESSION, or
+    Executor(session=NAME)).
+    """
+
+
+@session.command("create")
+@click.argument("name")
+@click.option("--from", "template", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Copy this folder (on the session's host) as the session's "
+              "files, as `cp -a` does.")  # fmt: skip
+@click.option("--host", default=None,
+              help="The host whose disk holds it (default: the least loaded).")  # fmt: skip
+@click.option("--idle-ttl", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+              help="Delete the session after this long without a call (0: never; default "
+              "TOOLPOOL_SESSION_IDLE_TTL or 86400).")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="Seconds to wait for the host to make the folder.")  # fmt: skip
+@connection_options
+def create_command(
+    name: str,
+    template: Path | None,
+    host: str | None,
+    idle_ttl: float | None,
+    timeout: float,
+    redis_url: str | None,
+    prefix: str | None,
+) -> None:
+    """Create session NAME, empty or as a copy of a folder, on one host's disk."""
+    settings = settings_for(redis_url, prefix)
+    started = time.monotonic()
+    with talking_to(settings), _sessions(settings) as sessions:
+        info = sessions.create(name, template=template, host=host, idle_ttl=idle_ttl,
+                               timeout=timeout)  # fmt: skip
+    took = time.monotonic() - started
+    source = f" from {info.template}" if info.template else ""
+    click.echo(f"Created session {info.name!r} on host {info.host!r}{source} in {took:.2f} s.")
+
+
+@session.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON lines, one session a line.")
+@connection_options
+def list_command(as_json: bool, redis_url: str | None, prefix: str | None) -> None:
+    """List sessions: host, state, size, calls, last use, lock holder."""
+    settings = settings_for(redis_url, prefix)
+    with talking_to(settings), _sessions(settings) as sessions:
+        infos = sessions.list()
+        locks = {info.name: sessions.lock_status(info.name) for info in infos}
+        live = sessions.hosts()
+    if as_json:
+        for info in infos:
+            click.echo(json.dumps(_as_json(info, locks[info.name], info.host in live)))
+        return
+    if not infos:
+        click.echo("No sessions. Create one with `toolpool session create NAME`.")
+        return
+    rows = [("SESSION", "HOST", "STATE", "SIZE", "CALLS", "PENDING", "LAST USE", "EXPIRES",
+             "LOCK")]  # fmt: skip
+    for info in infos:
+        host = info.host if info.host in live else f"{info.host} (no live worker)"
+        rows.append((info.name, host, info.state, _size(info.size_bytes), str(info.calls),
+                     str(info.pending), _ago(info.last_used), _expires(info),
+                     _holder(locks[info.name])))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+
+
+@session.command("show")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@connection_options
+def show_command(name: str, as_json: bool, redis_url: str | None, prefix: str | None) -> None:
+    """Show one session: its record, shell state and lock."""
+    settings = settings_for(redis_url, prefix)
+    with talking_to(settings), _sessions(settings) as sessions:
+        info = sessions.get(name)
+        lock = sessions.lock_status(name)
+        live = info.host in sessions.hosts()
+    report = _as_json(info, lock, live)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        click.echo(f"{key:12} {value}")
+
+
+@session.command("delete")
+@click.argument("name")
+@click.option("--force", is_flag=True,
+              help="Cancel the session's waiting and running calls first.")  # fmt: skip
+@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="Seconds to wait for cancelled calls to end and for the host.")  # fmt: skip
+@connection_options
+def delete_command(
+    name: str, force: bool, timeout: float, redis_url: str | None, prefix: str | None
+) -> None:
+    """Delete session NAME: its folder and all it keeps in Redis.
+
+    Refused while calls of the session wait or run, unless --force.
+    """
+    settings = settings_for(redis_url, prefix)
+    with talking_to(settings), _sessions(settings) as sessions:
+        host = sessions.get(name).host
+        removed = sessions.delete(name, force=force, timeout=timeout)
+    if removed:
+        click.echo(f"Deleted session {name!r}: its folder on host {host!r} and its keys.")
+    else:
+        click.echo(f"Deleted session {name!r}'s keys; no worker on host {host!r} is live, so "
+                   "its folder there was left in place.")  # fmt: skip
+
+
+def _as_json(info: SessionInfo, lock: LockStatus, live: bool) -> dict[str, object]:
+    return {
+        "name": info.name, "host": info.host, "host_live": live, "state": info.state,
+        "created_at": info.created_at, "last_used": info.last_used, "calls": info.calls,
+        "pending": info.pending, "idle_ttl": info.idle_ttl, "expires_at": info.expires_at,
+        "size_bytes": info.size_bytes, "template": info.template, "cwd": info.cwd,
+        "env": sorted(info.env), "lock": _holder(lock),
+    }  # fmt: skip
+
+
+def _holder(lock: LockStatus) -> str:
+    if not lock.holders:
+        return "free" if not lock.queue else f"free, {len(lock.queue)} waiting"
+    held = ", ".join(f"{h.mode} {h.owner.tool or '?'} ({h.owner.call_id or '?'})"
+                     for h in lock.holders)  # fmt: skip
+    return held + (f", {len(lock.queue)} waiting" if lock.queue else "")
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _ago(ts: float) -> str:
+    seconds = max(0.0, time.time() - ts)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def _expires(info: SessionInfo) -> str:
+    ends = info.expires_at
+    if ends is None:
+        return "never"
+    return datetime.datetime.fromtimestamp(ends).isoformat(timespec="seconds")

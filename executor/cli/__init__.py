@@ -70,14 +70,16 @@ def main() -> None:
     show_default=True,
     help="A readable table, or JSON schemas for a model API.",
 )
+@session_option
 @connection_options
-def tools_command(fmt: str, redis_url: str | None, prefix: str | None) -> None:
+def tools_command(fmt: str, session: str | None, redis_url: str | None, prefix: str | None) -> None:
     """List the tools the live workers serve, with flags and limits or as model-API schemas.
 
     Tools are declared on the workers (`toolpool worker --tools MODULE:ATTR`); each worker
-    publishes what it serves, and this reads it from Redis.
+    publishes what it serves, and this reads it from Redis. With --session, the tools of the
+    workers of the session's host.
     """
-    settings = settings_for(redis_url, prefix)
+    settings = settings_for(redis_url, prefix, session=session)
     require_redis(settings)
     with talking_to(settings), _executor(settings) as executor:
         catalog = executor.catalog()

@@ -183,10 +183,13 @@ def worker_command(
     help="Use this Redis (env TOOLPOOL_REDIS_URL); without it, start a private one.",
 )
 @_workspace_option(".")
+@_sessions_options
 @_pool_options
 def up_command(
     redis_url: str | None,
     workspace: Path,
+    sessions_root: Path | None,
+    host: str | None,
     workers: int,
     tool_specs: tuple[str, ...],
     fork: bool,
@@ -201,7 +204,8 @@ def up_command(
     and prints its URL for orchestrators. Ctrl+C stops the workers (calls in flight finish),
     then Redis.
     """
-    settings = settings_for(redis_url, None, workspace=workspace)
+    settings = settings_for(redis_url, None, workspace=workspace, sessions_root=sessions_root,
+                            host=host)  # fmt: skip
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
     _setup_logging(log_level)
@@ -217,8 +221,10 @@ def up_command(
                    f"{server.tcp_url} and {server.url}")  # fmt: skip
     try:
         pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
+        sessions = ("" if settings.sessions_root is None else
+                    f", sessions in {settings.sessions_root}")  # fmt: skip
         click.echo(f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
-                   f"workspace {settings.workspace}")  # fmt: skip
+                   f"workspace {settings.workspace}{sessions}")  # fmt: skip
         click.echo(f"toolpool up: {served.describe()}")
         if server is not None:
             click.echo("Point orchestrators at this Redis:")

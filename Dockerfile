@@ -13,13 +13,13 @@ COPY executor ./executor
 COPY workers ./workers
 RUN pip install . && rm -rf /src
 
-# Tools run as an unprivileged user, and only /workspace is theirs to write.
+# Tools run as an unprivileged user, and only /workspace and /sessions are theirs to write.
 RUN useradd --create-home --uid 10001 toolpool \
-    && mkdir -p /workspace \
-    && chown toolpool:toolpool /workspace
+    && mkdir -p /workspace /sessions \
+    && chown toolpool:toolpool /workspace /sessions
 USER toolpool
 WORKDIR /workspace
-VOLUME ["/workspace"]
+VOLUME ["/workspace", "/sessions"]
 
 ENV TOOLPOOL_WORKSPACE=/workspace
 ENTRYPOINT ["toolpool"]

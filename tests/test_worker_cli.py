@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from executor import Settings, ToolStatus
-from executor.client import Executor
+from executor.client import Executor, Sessions
 from executor.wire import read_events
 from tests.support.ports import free_port_url
 from tests.support.waiting import gone, wait_for
@@ -105,13 +105,17 @@ def test_compose_file_has_persistent_redis_and_a_scalable_worker() -> None:
     assert worker["init"] is True
     assert worker["depends_on"] == {"redis": {"condition": "service_healthy"}}
     assert "workspace:/workspace" in worker["volumes"]
+    # Every container shares the sessions volume, so they are one host for sessions.
+    assert "sessions:/sessions" in worker["volumes"]
     env = worker["environment"]
+    assert env["TOOLPOOL_SESSIONS_ROOT"] == "/sessions"
+    assert interpolate(env["TOOLPOOL_HOST"]) == "compose"
     assert env["TOOLPOOL_REDIS_URL"] == "redis://redis:6379/0"
     assert env["TOOLPOOL_WORKSPACE"] == "/workspace"
     assert {"TOOLPOOL_WORKERS", "TOOLPOOL_SCOPE"} <= set(env)
     grace = float(env["TOOLPOOL_STOP_GRACE"])
     assert float(worker["stop_grace_period"].removesuffix("s")) > grace
-    assert set(spec["volumes"]) >= {"workspace", "redis-data"}
+    assert set(spec["volumes"]) >= {"workspace", "sessions", "redis-data"}
 
 
 def test_dockerfile_builds_a_non_root_toolpool_image() -> None:
@@ -119,7 +123,7 @@ def test_dockerfile_builds_a_non_root_toolpool_image() -> None:
     lines = [line.strip() for line in text.splitlines()]
     assert "FROM python:3.11-slim" in lines
     assert 'ENTRYPOINT ["toolpool"]' in lines
-    assert 'VOLUME ["/workspace"]' in lines
+    assert 'VOLUME ["/workspace", "/sessions"]' in lines
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users
     assert users[-1] not in ("root", "0")
@@ -139,8 +143,11 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     (workspace / "hello.txt").write_text("hello from the volume\n")
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
     env = {name: interpolate(str(value)) for name, value in service["environment"].items()}
-    env.update(TOOLPOOL_REDIS_URL=redis_url, TOOLPOOL_WORKSPACE=str(workspace))
+    env.update(TOOLPOOL_REDIS_URL=redis_url, TOOLPOOL_WORKSPACE=str(workspace),
+               TOOLPOOL_SESSIONS_ROOT=str(sessions))  # fmt: skip
     process = subprocess.Popen(
         [*TOOLPOOL, *service["command"]], env=clean_env(**env), stdout=subprocess.PIPE, text=True
     )
@@ -151,6 +158,12 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
             (result,) = executor.run(
                 [{"name": "read_file", "arguments": {"path": "hello.txt"}}], timeout=PATIENCE_S
             )
+            with Sessions(settings=settings) as manager:
+                made = manager.create("s1", timeout=PATIENCE_S)
+            (in_session,) = executor.run(
+                [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}],
+                timeout=PATIENCE_S, session="s1",
+            )  # fmt: skip
             served_by = {e.worker for _, e in read_events(executor.client, executor.keys)}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=PATIENCE_S) == 0
@@ -158,6 +171,9 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
         output = end(process)
     assert result.status is ToolStatus.OK
     assert "hello from the volume" in result.content
+    assert made.host == env["TOOLPOOL_HOST"] == "compose"
+    assert in_session.status is ToolStatus.OK, in_session.content
+    assert (sessions / "s1" / "a.txt").read_text() == "x"
     assert served_by & set(workers)
     assert "toolpool worker: stopped" in output
     assert all(gone(pid) for pid in workers.values())

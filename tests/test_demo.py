@@ -104,6 +104,12 @@ def test_demo_run_tells_only_what_works_after_it_ends(
     (out,) = re.findall(r"([\d,]+) characters out", text)
     assert kept[1] == out
 
+    # Each session's shell went on where its first command left it, in its own folder.
+    sessions = workspace / ".toolpool" / "demo" / "sessions"
+    assert f"agent-a: the next command ran in {sessions / 'agent-a' / 'src'}" in text
+    assert f"agent-b: the next command ran in {sessions / 'agent-b' / 'src'}" in text
+    assert "the two sessions' exclusive calls ran " in text
+
 
 # -- the first run of scripts/demo: `pip install -e` ------------------------------------------
 

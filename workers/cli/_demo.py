@@ -1,4 +1,4 @@
-"""``toolpool demo``: four scenarios on an embedded Redis and a real worker pool.
+"""``toolpool demo``: five scenarios on an embedded Redis and a real worker pool.
 
 Nothing to install by hand: it starts a private ``redis-server`` and three worker processes,
 runs the scenarios against the current folder (writes go to ``.toolpool/demo/`` only and are
@@ -8,6 +8,7 @@ removed afterwards), prints what happened, and tears everything down.
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 import click
 
 from executor import Settings, ToolpoolError
-from executor.client import Executor
+from executor.client import Executor, Sessions
 from executor.wire import Event, ToolCall, ToolResult, read_events
 
 SCRATCH = Path(".toolpool") / "demo"
@@ -34,15 +35,18 @@ class _Span:
 
 
 def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.echo) -> None:
-    """Start Redis and a pool, run the four scenarios, tear everything down."""
+    """Start Redis and a pool, run the five scenarios, tear everything down."""
     from workers._embedded_redis import RedisServer
     from workers.pool._pool import WorkerPool
 
     workspace = workspace.resolve()
+    sessions_root = workspace / SCRATCH / "sessions"
+    sessions_root.mkdir(parents=True, exist_ok=True)
     with RedisServer() as server:
         settings = Settings.from_env().with_changes(
-            redis_url=server.url, workspace=workspace, lock_lease_ms=5000
-        )
+            redis_url=server.url, workspace=workspace, lock_lease_ms=5000,
+            sessions_root=sessions_root, host="demo",
+        )  # fmt: skip
         pool = WorkerPool(server.url, settings, workers=workers)
         pool.start()
         try:
@@ -104,6 +108,45 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
     echo("   With a running pool (`toolpool up`, or `toolpool worker` on your Redis), read a\n"
          "   truncated call's full output with `toolpool output CALL_ID`. This demo's Redis\n"
          "   stops when it ends, and the full outputs kept on it go with it.")  # fmt: skip
+    _sessions(executor, echo)
+
+
+def _sessions(executor: Executor, echo: Callable[[str], None]) -> None:
+    echo("\n5. Sessions: two agents, each with its own folder, lock and shell; each runs\n"
+         '   [bash "mkdir -p src && cd src && sleep 0.5", bash "pwd"]')  # fmt: skip
+    names = ("agent-a", "agent-b")
+    with Sessions(settings=executor.settings) as sessions:
+        for name in names:
+            sessions.create(name, idle_ttl=0)
+    results: dict[str, list[ToolResult]] = {}
+    started = time.time()
+
+    def agent(name: str) -> None:
+        turn = [
+            ToolCall(id=f"{name}-cd", name="bash",
+                     arguments={"command": "mkdir -p src && cd src && sleep 0.5"}),
+            ToolCall(id=f"{name}-pwd", name="bash", arguments={"command": "pwd"}),
+        ]  # fmt: skip
+        with Executor(settings=executor.settings) as own:
+            results[name] = own.run(turn, session=name)
+
+    threads = [threading.Thread(target=agent, args=(name,)) for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [f"{name}-{step}" for name in names for step in ("cd", "pwd")]
+    spans = _spans(executor, ids, started)
+    _timeline(spans, echo)
+    by_id = {span.call_id: span for span in spans}
+    a, b = by_id.get("agent-a-cd"), by_id.get("agent-b-cd")
+    if a is not None and b is not None:
+        when = "at the same time" if a.start < b.end and b.start < a.end else "one after another"
+        echo(f"   the two sessions' exclusive calls ran {when}: each session has a lock of its own")
+    for name in names:
+        where = results[name][-1].content.splitlines()[-1] if name in results else "?"
+        echo(f"   {name}: the next command ran in {where}")
+    echo("   (`toolpool session create NAME --from DIR` copies a folder, e.g. a checkout.)")
 
 
 def _kept(executor: Executor, result: ToolResult, echo: Callable[[str], None]) -> None:
@@ -157,11 +200,12 @@ def _timeline(spans: list[_Span], echo: Callable[[str], None]) -> None:
     origin = min(s.start for s in spans)
     total = max(s.end for s in spans) - origin or 1e-9
     echo(f"\n   lock held, ms from the turn's first grant (0 .. {total * 1000:.0f} ms):")
+    width = max(7, *(len(span.call_id) for span in spans))
     for span in spans:
         first = int((span.start - origin) / total * _BAR)
         last = max(first + 1, int((span.end - origin) / total * _BAR))
         bar = " " * first + "#" * (last - first)
-        echo(f"   {span.call_id:7} {span.tool:11} {span.mode:9} |{bar:<{_BAR}}| "
+        echo(f"   {span.call_id:{width}} {span.tool:11} {span.mode:9} |{bar:<{_BAR}}| "
              f"{(span.start - origin) * 1000:6.1f}-{(span.end - origin) * 1000:6.1f}  "
              f"{span.worker}")  # fmt: skip
 

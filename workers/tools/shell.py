@@ -85,7 +85,8 @@ def bash(
     """Run a shell command with bash in the workspace root and return its exit code and output.
 
     In a session, the working directory and exported variables carry over from the previous
-    command, as in an interactive shell. stdin is closed; stdout and stderr are reported separately, each cut to its first and last
+    command, as in an interactive shell.
+    stdin is closed; stdout and stderr are reported separately, each cut to its first and last
     halves when over the limit (1 MiB by default). A non-zero exit code is reported, not
     treated as a failure.
     Background processes still running when the command ends are killed, so start nothing

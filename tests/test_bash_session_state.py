@@ -115,3 +115,10 @@ def test_oversized_exports_are_not_kept(session: _Session) -> None:
     assert "were not kept" in out
     assert session.env == {"SMALL": "1"}
     assert session.cwd == "sub"
+
+
+def test_a_command_that_ends_in_a_removed_directory_says_so(session: _Session) -> None:
+    session.run("cd sub")
+    out = session.run("mkdir gone && cd gone && rmdir ../gone")
+    assert "ended in a directory that no longer exists" in out
+    assert session.cwd == "."

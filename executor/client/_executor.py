@@ -491,10 +491,20 @@ class Executor:
                 pipe.set(self.keys.call_claim(calls[index].id), turn_id, nx=True,
                          ex=self.settings.result_ttl)  # fmt: skip
             if session is not None and runnable:
-                now = time.time()
-                pipe.zadd(self.keys.session_calls(session),
-                          {calls[index].id: now for index in runnable})  # fmt: skip
-            claimed = pipe.execute()[: len(runnable)]
+                self.sessions.add_calls(session, [calls[i].id for i in runnable], pipe=pipe)
+            replies = pipe.execute()
+        claimed = replies[: len(runnable)]
+        if session is not None and runnable and not replies[-1]:
+            # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
+            self._routes.pop(session, None)
+            for index in runnable:
+                call = calls[index]
+                answered[index] = ToolResult.failure(
+                    call.id, call.name, ErrorType.UNKNOWN_SESSION,
+                    f"{call.name!r} did not run: session {session!r} does not exist or is "
+                    "being deleted.",
+                )  # fmt: skip
+            return []
         kept = []
         for index, ok in zip(runnable, claimed, strict=True):
             if ok:

@@ -105,6 +105,7 @@ class SessionStore:
         self._enter = client.register_script(load_lua("session_enter"))
         self._move = client.register_script(load_lua("session_state"))
         self._update = client.register_script(load_lua("session_update"))
+        self._add_calls = client.register_script(load_lua("session_calls_add"))
 
     def create_record(
         self, name: str, *, host: str, queue: str, idle_ttl: float, template: str = ""
@@ -125,6 +126,14 @@ class SessionStore:
         args = [",".join(from_states), to_state, *([last_used] if last_used else [])]
         old = self._move(keys=[self.keys.session(name)], args=args)
         return _text(old) if old else None
+
+    def add_calls(
+        self, name: str, call_ids: Iterable[str], *, pipe: redis.client.Pipeline | None = None
+    ) -> object:
+        """List calls as the session's, only while it is ready (1 if listed, else 0); with
+        ``pipe``, queued on it, and its reply is that pipeline's."""
+        return self._add_calls(keys=[self.keys.session(name), self.keys.session_calls(name)],
+                               args=[repr(time.time()), *call_ids], client=pipe)  # fmt: skip
 
     def locate(self, name: str) -> tuple[str, str] | None:
         """The session's state and host (one round trip), or None if there is no session."""

@@ -8,6 +8,7 @@
 - ``dist_tools``: the tools those workers serve (``tests.support.dist_tools:registry``).
 - ``lock_proc``: the child process of the lock's multi-process proofs.
 - ``sample_tools``: a user's own tools, loaded by import string.
+- ``sessions``: worker groups serving sessions, and session helpers for the sessions proofs.
 - ``fault``: the fault run (``scripts/fault_run.py``, ``tests/test_fault_run.py``).
 - ``bench``: the benchmarks (``scripts/bench_*.py``).
 

@@ -194,10 +194,17 @@ class _SessionShell:
             return []  # the shell was replaced (exec) or the trap could not write
         where, _, listed = data.partition(b"\0")
         notes: list[str] = []
-        ended_in = Path(where.decode(errors="replace").rstrip("\n"))
+        ended = where.decode(errors="replace").rstrip("\n")
+        ended_in = Path(ended)
         root = self._ctx.workspace.root
-        if ended_in == root or root in ended_in.parents:
+        if ended and (ended_in == root or root in ended_in.parents):
             cwd = str(ended_in.relative_to(root)) if ended_in != root else "."
+        elif not ended:  # pwd -P fails in a directory removed under the shell
+            cwd = "."
+            notes.append(
+                "note: the command ended in a directory that no longer exists; the next command "
+                "starts in the session folder's root."
+            )
         else:
             cwd = "."
             notes.append(

@@ -392,7 +392,14 @@ class _ShellRun:
     def _pump(self, wait: float, ctx: ToolContext | None = None) -> None:
         """Read whatever the pipes have, waiting at most ``wait`` seconds for something."""
         if not self.selector.get_map():
-            # Both pipes are closed: nothing to select on, but still wake up for a cancel.
+            # Both pipes are closed: the shell is exiting. Wake the moment it exits, not at
+            # the end of a fixed poll (that would add up to 50 ms to every command, under the
+            # lock); a cancel or the deadline is still seen within ``wait``.
+            if self.process.returncode is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(timeout=max(wait, 0.0))
+                return
+            # Only the group's other processes are left: wake up for a cancel.
             if ctx is not None:
                 ctx.cancelled.wait(max(wait, 0.0))
             else:

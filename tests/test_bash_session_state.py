@@ -24,11 +24,15 @@ class _Session:
         self.cwd = "."
         self.env: dict[str, str] = {}
         self.saves = 0
+        self.unreachable = False
 
     def run(self, command: str, **arguments: object) -> str:
-        def save(cwd: str, env: dict[str, str]) -> None:
+        def save(cwd: str, env: dict[str, str]) -> bool:
+            if self.unreachable:
+                return False
             self.cwd, self.env = cwd, env
             self.saves += 1
+            return True
 
         shell = ShellState(cwd=self.cwd, env=dict(self.env), save=save)
         context = ToolContext(workspace=self.workspace, settings=Settings(), shell=shell)
@@ -122,3 +126,14 @@ def test_a_command_that_ends_in_a_removed_directory_says_so(session: _Session) -
     out = session.run("mkdir gone && cd gone && rmdir ../gone")
     assert "ended in a directory that no longer exists" in out
     assert session.cwd == "."
+
+
+def test_a_state_that_cannot_be_kept_is_said_and_the_command_still_answers(
+    session: _Session,
+) -> None:
+    session.run("cd sub")
+    session.unreachable = True
+    out = session.run("cd deeper; echo ran")
+    assert out.startswith("exit code: 0\nstdout:\nran")
+    assert "could not be kept: Redis was out of reach" in out
+    assert session.cwd == "sub"

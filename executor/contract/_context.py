@@ -17,12 +17,13 @@ class ShellState:
 
     ``cwd`` is the working directory relative to the session's folder; ``env`` the variables
     its commands exported. ``save(cwd, env)`` keeps the state a command ended with, for the
-    session's next call (on any worker).
+    session's next call (on any worker); it returns False if the state could not be kept
+    (Redis out of reach), and never raises.
     """
 
     cwd: str = "."
     env: dict[str, str] = field(default_factory=dict)
-    save: Callable[[str, dict[str, str]], None] = lambda cwd, env: None
+    save: Callable[[str, dict[str, str]], bool] = lambda cwd, env: True
 
 
 def no_fence() -> None:

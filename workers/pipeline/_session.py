@@ -9,12 +9,17 @@ scope, and the shell state ``bash`` continues. A call that cannot enter is answe
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+import redis
 
 from executor.contract import ShellState, Workspace
 from executor.wire import ErrorType, SessionStore, ToolResult, session_scope
 from workers.pipeline._chain import CallState, Proceed
+
+log = logging.getLogger(__name__)
 
 
 class EnterSession:
@@ -57,8 +62,14 @@ class EnterSession:
         state.workspace = Workspace(folder)
         state.scope = session_scope(name)
 
-        def save(cwd: str, env: dict[str, str]) -> None:
-            self._store.save_shell(name, cwd, env)
+        def save(cwd: str, env: dict[str, str]) -> bool:
+            # The command has run: a state that cannot be kept must not change its answer.
+            try:
+                self._store.save_shell(name, cwd, env)
+            except redis.RedisError as exc:
+                log.warning("toolpool: could not keep session %s's shell state: %s", name, exc)
+                return False
+            return True
 
         state.shell = ShellState(cwd=entered.cwd, env=entered.env, save=save)
         return proceed(state)

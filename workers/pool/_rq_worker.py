@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -21,6 +22,7 @@ from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job
 
 from executor.wire import ENTRY_POINT, EventLog, enqueue_ready
+from workers.pool._dequeue import ReliableQueue
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,20 @@ def refusal_reason(connection: redis.Redis, job: Job) -> str | None:
 
 
 class _RefusingMixin:
-    """Checks every job before the worker's own ``execute_job`` runs any of it."""
+    """Checks every job before the worker's own ``execute_job`` runs any of it; takes jobs
+    off several queues without losing one (``workers.pool._dequeue``)."""
+
+    queue_class = ReliableQueue
+
+    def __init__(self, queues: Iterable[Queue | str], *args: Any, **kwargs: Any) -> None:
+        # RQ checks each queue against ``queue_class``: plain queues become reliable ones.
+        reliable = [
+            queue if isinstance(queue, (ReliableQueue, str))
+            else ReliableQueue(queue.name, connection=queue.connection,
+                               serializer=queue.serializer)
+            for queue in queues
+        ]  # fmt: skip
+        super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
 
     connection: redis.Redis
     name: str

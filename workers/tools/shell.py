@@ -130,6 +130,10 @@ def bash(
 
 # Variables bash sets by itself: never kept as the session's own.
 _SHELL_OWN = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "BASH_ENV", "TOOLPOOL_POOL_CHILD"})
+_NOT_KEPT = (
+    "note: the shell state (working directory, exported variables) could not be kept: Redis "
+    "was out of reach; the next command starts from the state kept before this one."
+)
 # The most of exported variables a session keeps (as JSON): enough for a virtualenv and a
 # few settings, not a place to store data.
 _MAX_KEPT_ENV = 64 * 1024
@@ -180,7 +184,8 @@ class _SessionShell:
                 "is outside the session folder or gone; this command ran in the session "
                 "folder's root."
             )
-            self._state.save(".", self._state.env)
+            if not self._state.save(".", self._state.env):
+                self.notes.append(_NOT_KEPT)
             return root
         return start
 
@@ -222,7 +227,8 @@ class _SessionShell:
                 "not kept for the next command (the working directory was)."
             )
             env = self._state.env
-        self._state.save(cwd, env)
+        if not self._state.save(cwd, env):
+            notes.append(_NOT_KEPT)
         return notes
 
 

@@ -2,10 +2,11 @@
 
     .venv/bin/python scripts/fault_run.py [--calls N] [--workers N] [--orchestrators N]
         [--seconds S] [--lease-ms MS] [--max-faults N] [--fault-gap S] [--seed N]
-        [--turn-timeout S]
+        [--turn-timeout S] [--sessions N]
 
 The run and its parts live in ``tests/support/fault/`` (``run`` holds the run); exit code 1
-when a check found a violation that is not a known, reported fault.
+when a check found a violation that is not a known, reported fault. ``--sessions N`` spreads
+the turns over N sessions (and the workspace); 0, the default, runs without sessions.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ The short run starts a private Redis with AOF, six workers in three pools (two o
 loopback proxies), two orchestrators and ~300 calls, and injects one fault of each kind:
 SIGKILL of a worker and of an exclusive holder, SIGSTOP of a holder beyond its lease, a
 proxied worker cut off beyond its lease, one Redis restart. Every check must find nothing.
+Its sessions variant spreads ~300 calls of four orchestrators over three sessions and the
+workspace, under the same faults; holds are checked per lock scope, files per folder.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from tests.support.fault.checks import (
     Sighting,
     check_end,
     check_files,
+    check_folders,
     check_holds,
     check_results,
     edit_ids,
     payload,
     payload_writer,
+    recovery_times,
 )  # fmt: skip
 from tests.support.fault.observe import Observer
 from tests.support.fault.proxy import TcpProxy
@@ -58,6 +62,25 @@ def test_short_fault_run_finds_no_violation() -> None:
     # promise one; the long run (scripts/fault_run.py) injects dozens.
     assert outcome.figures["calls"] >= 250, outcome.text
     # Known faults (checks.KNOWN_FAULTS) are printed; anything else fails the test.
+    assert outcome.unexpected == [], outcome.text
+
+
+@pytest.mark.slow
+@pytest.mark.proof
+def test_short_fault_run_with_sessions_finds_no_violation() -> None:
+    config = Config(calls=300, workers=6, orchestrators=4, max_faults=5, seed=7, turn_timeout=20,
+                    sessions=3)  # fmt: skip
+    harness = Harness(config)
+    try:
+        outcome = harness.run()
+    finally:
+        shutil.rmtree(harness.tmp, ignore_errors=True)
+    print(outcome.text)
+    assert {"kill_random", "redis_restart"} <= {f.kind for f in harness.faults}, outcome.text
+    assert outcome.figures["calls"] >= 250, outcome.text
+    # Turns went to every session, and the fourth orchestrator's to the workspace.
+    assert {r.session for r in harness.records.values()} == {"", "s0", "s1", "s2"}
+    assert "1c exclusive holds overlapping within a session" in outcome.text
     assert outcome.unexpected == [], outcome.text
 
 
@@ -109,8 +132,68 @@ def test_lost_holder_is_excused_unless_its_write_landed_after_the_next_grant() -
     assert check_holds(events, refused, [], landed)[1].violations
 
 
-def _violations(results: tuple[CheckResult, CheckResult]) -> list[str]:
+def _violations(results: list[CheckResult]) -> list[str]:
     return [v for result in results for v in result.violations]
+
+
+def test_holds_overlap_across_sessions_but_not_within_one() -> None:
+    events = _hold("a", 10.0, 12.0, True) + _hold("b", 11.0, 13.0, True)
+    records = {"a": CallRecord("a", "write_file", session="s0"),
+               "b": CallRecord("b", "write_file", session="s1")}  # fmt: skip
+    valid, within, fenced = check_holds(events, records, [], [], sessions=True)
+    assert not valid.violations + within.violations + fenced.violations
+    assert "exclusive holds of two sessions at once (allowed): 1" in within.notes
+    # Without sessions every hold is of the one scope: the same overlap is a violation.
+    assert check_holds(events, records, [], [])[0].violations
+    events += _hold("c", 11.5, 12.5, True)
+    records["c"] = CallRecord("c", "write_file", session="s0")
+    valid, within, _ = check_holds(events, records, [], [], sessions=True)
+    assert not valid.violations
+    assert within.violations == ["both leases valid: write_file a [10.000..12.000] vs write_file"
+                                 " c from 11.500"]  # fmt: skip
+    # Two calls without a session share the workers' own scope (1a), a session's call not.
+    events = _hold("d", 20.0, 22.0, True) + _hold("e", 21.0, 23.0, True)
+    events += _hold("f", 21.0, 23.0, True)
+    records = {"d": CallRecord("d", "bash"), "e": CallRecord("e", "bash"),
+               "f": CallRecord("f", "bash", session="s0")}  # fmt: skip
+    valid, within, _ = check_holds(events, records, [], [], sessions=True)
+    assert [v.split(" [")[0] for v in valid.violations] == ["both leases valid: write_file d"]
+    assert not within.violations
+
+
+def test_file_checks_run_per_folder() -> None:
+    init = payload("init", 1)
+    records = {"x": CallRecord("x", "edit_file", status="ok", session="s0"),
+               "w": CallRecord("w", "write_file", status="ok", session="s0"),
+               "b": CallRecord("b", "bash", status="ok", session="s0")}  # fmt: skip
+    finals = {"": {"f0.txt": init, EDIT_LOG: EDIT_LOG_START},
+              "s0": {"f0.txt": payload("w", 2), EDIT_LOG: "edits:\ne=x\nEND\n"}}  # fmt: skip
+    seen = [Sighting("f0.txt", "w", 1.0, 1.1, folder="s0")]
+    assert not check_folders(finals, seen, records, {"s0": ["b"]}).violations
+    # The edit in the workspace's log instead of its session's: lost there, misplaced here.
+    moved = {"": {**finals[""], EDIT_LOG: "edits:\ne=x\nEND\n"},
+             "s0": {**finals["s0"], EDIT_LOG: EDIT_LOG_START}}  # fmt: skip
+    found = check_folders(moved, seen, records, {}).violations
+    assert any("session s0: edit x succeeded but is not in edits.log" in v for v in found)
+    assert any("edit_file x of session s0 is in the workspace's edits.log" in v for v in found)
+    elsewhere = [Sighting("f0.txt", "w", 1.0, 1.1, folder="s1")]
+    found = check_folders(finals, elsewhere, records, {"s1": ["b"]}).violations
+    assert any("write_file w of session s0 landed in session s1's f0.txt" in v for v in found)
+    assert any("bash b of session s0 is in session s1's ran.log" in v for v in found)
+    torn = [Sighting("f1.txt", "TORN", 1.0, 1.1, folder="s0")]
+    assert check_folders(finals, torn, records, {}).violations == [
+        "session s0: observer saw f1.txt torn at 1.100"
+    ]
+
+
+def test_recovery_waits_for_the_next_grant_of_the_holders_scope() -> None:
+    events = [Event(event="lock_acquired", ts=10.1, call_id="b", pid=2),
+              Event(event="lock_acquired", ts=10.5, call_id="c", pid=3)]  # fmt: skip
+    kill = [Fault("kill_holder", 10.0, 10.0, pid=1, call_id="a")]
+    assert recovery_times(events, kill)["kill_holder: next grant"] == pytest.approx([0.1])
+    scope_of = {"a": "s0", "b": "s1", "c": "s0"}
+    times = recovery_times(events, kill, scope_of)
+    assert times["kill_holder: next grant"] == pytest.approx([0.5])
 
 
 def test_a_read_run_again_is_allowed_a_write_run_again_is_not() -> None:
@@ -120,9 +203,9 @@ def test_a_read_run_again_is_allowed_a_write_run_again_is_not() -> None:
     }
     started = [Event(event="tool_execution_started", call_id=c) for c in ("r", "r", "w", "w")]
     rerun = [Event(event="call_rerun", call_id=c) for c in ("r", "w")]
-    found = check_results(records, started + rerun, None, []).violations
+    found = check_results(records, started + rerun, [], []).violations
     assert found == ["write_file w has side effects and was run again"]
-    assert check_results(records, started, None, []).violations  # no rerun event: twice
+    assert check_results(records, started, [], []).violations  # no rerun event: twice
 
 
 def test_results_check_finds_lost_doubled_and_misreported_calls() -> None:
@@ -133,7 +216,7 @@ def test_results_check_finds_lost_doubled_and_misreported_calls() -> None:
                         stored=("error", "lock_unavailable")),
     }  # fmt: skip
     started = [Event(event="tool_execution_started", call_id="b") for _ in range(2)]
-    found = check_results(records, started, None, ["c"]).violations
+    found = check_results(records, started, [], ["c"]).violations
     assert any("no result for a" in v for v in found)
     assert any("b started 2 times" in v for v in found)
     assert any("c answered lock_unavailable" in v for v in found)

@@ -9,13 +9,18 @@ Hold intervals run from the ``lock_acquired`` event's ts (stamped after the gran
 stayed valid each is inside the true hold, so two such intervals that overlap prove that the
 true holds overlapped. A lease that was lost (``held`` False at release) may have ended before
 its event was even stamped, so overlaps with it are judged by its writes (check 1b).
+
+With sessions, each session is a lock scope of its own: holds of different scopes may overlap,
+holds of one scope may not. A hold's scope is its call's session (``CallRecord.session``, set
+by the load; "" for the workers' own scope), and the file checks run per folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import statistics
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +31,9 @@ READ_ONLY_TOOLS = frozenset({"read_file", "grep", "glob", "list_directory", "cal
                              "get_weather"})  # fmt: skip
 EDIT_LOG = "edits.log"
 EDIT_LOG_START = "edits:\nEND\n"
+RAN_LOG = "ran.log"  # bash appends its call id: proof that a command ran (bash is not fenced)
 _DID_NOT_RUN = frozenset({"lock_unavailable", "cancelled", "rejected"})
+SESSION_OVERLAP = "1c exclusive holds overlapping within a session"
 
 
 def payload(call_id: str, repeats: int) -> str:
@@ -90,6 +97,7 @@ class CallRecord:
     error_type: str | None = None
     stored: tuple[str, str | None] | None = None  # (status, error_type) read back from Redis
     message: str = ""  # the start of an error result's text
+    session: str = ""  # the session the call was sent to; "" for none
 
 
 @dataclass
@@ -112,6 +120,7 @@ class Sighting:
     writer: str | None
     before: float
     seen: float
+    folder: str = ""  # the session whose folder it was; "" for the workspace
 
 
 @dataclass
@@ -125,6 +134,7 @@ class EndState:
     bash_left: list[int] = field(default_factory=list)
     processes_left: list[int] = field(default_factory=list)
     stuck_jobs: list[str] = field(default_factory=list)
+    session_calls: int = 0  # calls still listed as a session's, without a result
 
 
 @dataclass
@@ -148,22 +158,62 @@ class _Hold:
 
 def check_holds(
     events: list[Event], records: dict[str, CallRecord], faults: list[Fault],
-    sightings: list[Sighting],
-) -> tuple[CheckResult, CheckResult]:  # fmt: skip
-    """Check 1, in two parts.
+    sightings: list[Sighting], *, sessions: bool = False,
+) -> list[CheckResult]:  # fmt: skip
+    """Check 1, in two parts; with ``sessions``, in three.
 
-    1a: no exclusive hold overlapped another while both leases were valid. 1b: every holder
-    that outlived its lease had its writes refused: none landed after the next grant, and no
-    write the fence refused landed at all.
+    1a: no exclusive hold overlapped another of its scope while both leases were valid (with
+    sessions: in the workers' own scope, and 1c: within one session; holds of different
+    sessions may overlap). 1b: every holder that outlived its lease had its writes refused:
+    none landed after the next grant of its scope, and no write the fence refused landed.
     """
     valid = CheckResult("1a no overlap while leases valid")
+    within = CheckResult(SESSION_OVERLAP)
     fenced = CheckResult("1b lost leases' writes refused")
     holds = _holds(events, faults)
     first_seen = _first_landing(sightings)
-    open_ended = [h for h in holds if h.end is None]
+    scopes: dict[str, list[_Hold]] = defaultdict(list)
+    for hold in holds:
+        rec = records.get(hold.call_id)
+        scopes[rec.session if sessions and rec else ""].append(hold)
+    reported: set[str] = set()
+    counted = {scope: _overlaps(group, first_seen, within if scope else valid, fenced, reported)
+               for scope, group in scopes.items()}  # fmt: skip
+    default = scopes.get("", [])
+    overlaps, excused = counted.get("", (0, 0))
+    valid.notes.append(f"holds {len(default)}, overlaps {overlaps}, of which with a lease lost "
+                       f"or ended unseen (judged in 1b) {excused}")  # fmt: skip
+    open_ended = [h for h in default if h.end is None]
+    if open_ended:
+        valid.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
+                           "while Redis was down); not checkable")  # fmt: skip
+    if sessions:
+        _session_notes(within, scopes, counted)
+    landed = {s.writer for s in sightings if s.writer is not None}
+    for rec in records.values():
+        if rec.error_type == "lock_lost" and "not committed" in rec.message \
+                and rec.call_id in landed:  # fmt: skip
+            fenced.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, "
+                                     "yet it landed")  # fmt: skip
+    lost = [h for h in holds if h.held is False]
+    lost_writes = [h for h in lost if h.tool in WRITE_TOOLS]
+    outcome = Counter(
+        "ok (committed before the loss)" if (r := records.get(h.call_id)) and r.status == "ok"
+        else f"{r.error_type}" if r else "no record"
+        for h in lost_writes
+    )  # fmt: skip
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())) or "-"
+    fenced.notes.append(f"lost leases {len(lost)}; of writes {len(lost_writes)}: {shown}")
+    return [valid, within, fenced] if sessions else [valid, fenced]
+
+
+def _overlaps(
+    holds: list[_Hold], first_seen: dict[str, Sighting], valid: CheckResult,
+    fenced: CheckResult, reported: set[str],
+) -> tuple[int, int]:  # fmt: skip
+    """Judge the overlaps among the holds of one scope: (overlaps, of which excused)."""
     ordered = sorted((h for h in holds if h.end is not None), key=lambda h: h.start)
     overlaps = excused = 0
-    reported: set[str] = set()
     for i, early in enumerate(ordered):
         assert early.end is not None
         for late in ordered[i + 1 :]:
@@ -194,27 +244,36 @@ def check_holds(
                 fenced.violations.append(
                     f"a lost holder's write landed after the next grant: {label}"
                 )
-    valid.notes.append(f"holds {len(holds)}, overlaps {overlaps}, of which with a lease lost "
-                       f"or ended unseen (judged in 1b) {excused}")  # fmt: skip
+    return overlaps, excused
+
+
+def _session_notes(
+    within: CheckResult, scopes: dict[str, list[_Hold]], counted: dict[str, tuple[int, int]]
+) -> None:
+    """1c's notes: holds per session, overlaps within one, exclusive ones across sessions."""
+    names = sorted(scope for scope in scopes if scope)
+    held = sum(len(scopes[n]) for n in names)
+    shares = ", ".join(f"{n} {len(scopes[n])}" for n in names) or "-"
+    overlaps = sum(counted[n][0] for n in names)
+    excused = sum(counted[n][1] for n in names)
+    within.notes.append(
+        f"holds {held} ({shares}), overlaps within a session {overlaps}, of "
+        f"which with a lease lost or ended unseen (judged in 1b) {excused}"
+    )
+    tagged = sorted(((h, scope) for scope in names for h in scopes[scope] if h.end is not None),
+                    key=lambda pair: pair[0].start)  # fmt: skip
+    across = 0
+    for i, (early, scope) in enumerate(tagged):
+        assert early.end is not None
+        for late, other in tagged[i + 1 :]:
+            if late.start >= early.end:
+                break
+            across += other != scope and early.mode == late.mode == "exclusive"
+    within.notes.append(f"exclusive holds of two sessions at once (allowed): {across}")
+    open_ended = sum(1 for n in names for h in scopes[n] if h.end is None)
     if open_ended:
-        valid.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
-                           "while Redis was down); not checkable")  # fmt: skip
-    landed = {s.writer for s in sightings if s.writer is not None}
-    for rec in records.values():
-        if rec.error_type == "lock_lost" and "not committed" in rec.message \
-                and rec.call_id in landed:  # fmt: skip
-            fenced.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, "
-                                     "yet it landed")  # fmt: skip
-    lost = [h for h in holds if h.held is False]
-    lost_writes = [h for h in lost if h.tool in WRITE_TOOLS]
-    outcome = Counter(
-        "ok (committed before the loss)" if (r := records.get(h.call_id)) and r.status == "ok"
-        else f"{r.error_type}" if r else "no record"
-        for h in lost_writes
-    )  # fmt: skip
-    shown = ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())) or "-"
-    fenced.notes.append(f"lost leases {len(lost)}; of writes {len(lost_writes)}: {shown}")
-    return valid, fenced
+        within.notes.append(f"{open_ended} holds without a release event (events dropped "
+                            "while Redis was down); not checkable")  # fmt: skip
 
 
 def _holds(events: list[Event], faults: list[Fault]) -> list[_Hold]:
@@ -249,10 +308,13 @@ def _first_landing(sightings: list[Sighting]) -> dict[str, Sighting]:
 
 
 def check_results(
-    records: dict[str, CallRecord], events: list[Event], final_edit_log: str | None,
+    records: dict[str, CallRecord], events: list[Event], edit_logs: Sequence[str],
     bash_ran: list[str],
 ) -> CheckResult:  # fmt: skip
-    """Check 2: one result per call, none lost, none run twice, none run but said not to."""
+    """Check 2: one result per call, none lost, none run twice, none run but said not to.
+
+    ``edit_logs``: the final text of each folder's edit log; ``bash_ran``: the ids in the
+    folders' ``RAN_LOG``s, together."""
     out = CheckResult("2 one result per call")
     for call_id, count in Counter(bash_ran).items():
         rec = records.get(call_id)
@@ -267,11 +329,12 @@ def check_results(
         if rec.status is not None and rec.stored != (rec.status, rec.error_type):
             out.violations.append(f"{rec.call_id}: collected {rec.status}/{rec.error_type} "
                                   f"but Redis holds {rec.stored}")  # fmt: skip
+    starts = Counter(e.call_id for e in events if e.event == "tool_execution_started")
     for rec in records.values():
         if rec.error_type == "timeout":
+            never = "" if starts[rec.call_id] else " (it never started)"
             out.violations.append(f"{rec.tool} {rec.call_id} answered timeout: stuck until the "
-                                  "collect timeout")  # fmt: skip
-    starts = Counter(e.call_id for e in events if e.event == "tool_execution_started")
+                                  f"collect timeout{never}")  # fmt: skip
     # A read-only call that lost its lease is run once more by its worker, on purpose.
     reruns = Counter(e.call_id for e in events if e.event == "call_rerun")
     for call_id, count in starts.items():
@@ -290,11 +353,16 @@ def check_results(
         out.notes.append(f"{len(said_not_run)} calls started but were answered 'did not run': "
                          + ", ".join(f"{records[c].tool} {c} ({records[c].error_type})"
                                      for c in said_not_run[:5]))  # fmt: skip
-    if final_edit_log is not None:
-        ids = edit_ids(final_edit_log) or []
-        for call_id, count in Counter(ids).items():
+    for text in edit_logs:
+        for call_id, count in Counter(edit_ids(text) or []).items():
             if count > 1:
                 out.violations.append(f"edit {call_id} landed {count} times")
+    crashed = [r for r in records.values() if r.error_type == "unexpected_error"]
+    if crashed:
+        out.notes.append(f"{len(crashed)} answered unexpected_error (a tool crashed): "
+                         + "; ".join(f"{r.tool} {r.call_id}"
+                                     f"{' (it ran)' if r.call_id in bash_ran else ''}: "
+                                     f"{r.message[:90]}" for r in crashed[:3]))  # fmt: skip
     kinds = Counter(f"{r.status}/{r.error_type}" if r.error_type else str(r.status)
                     for r in records.values())  # fmt: skip
     out.notes.append(f"calls {len(records)}, lost {len(missing)}, outcomes: "
@@ -339,6 +407,41 @@ def check_files(
     return out
 
 
+def check_folders(
+    finals: dict[str, dict[str, str]], sightings: list[Sighting],
+    records: dict[str, CallRecord], bash_ran: dict[str, list[str]],
+) -> CheckResult:  # fmt: skip
+    """Check 3 with sessions: ``check_files`` in each folder (``finals`` by session, "" the
+    workspace), and no call's write, edit or command (``bash_ran``: the ids in each folder's
+    ``RAN_LOG``) landed in another folder than its own."""
+    out = CheckResult("3 files whole, no lost update")
+    for folder, texts in finals.items():
+        label = _folder(folder)
+        mine = {c: r for c, r in records.items() if r.session == folder}
+        found = check_files(texts, [s for s in sightings if s.folder == folder], mine)
+        out.violations += [f"{label}: {v}" for v in found.violations]
+        out.notes += [f"{label}: {n}" for n in found.notes]
+    for seen in sightings:
+        rec = records.get(seen.writer or "")
+        if rec is not None and rec.session != seen.folder:
+            out.violations.append(f"{rec.tool} {rec.call_id} of {_folder(rec.session)} landed "
+                                  f"in {_folder(seen.folder)}'s {seen.path}")  # fmt: skip
+    left = {(folder, name): (edit_ids(text) or []) if name == EDIT_LOG
+            else [payload_writer(text) or ""]
+            for folder, texts in finals.items() for name, text in texts.items()}  # fmt: skip
+    left.update({(folder, RAN_LOG): ids for folder, ids in bash_ran.items()})
+    for (folder, name), writers in left.items():
+        for rec in (records[c] for c in writers if c in records):
+            if rec.session != folder:
+                out.violations.append(f"{rec.tool} {rec.call_id} of {_folder(rec.session)} is "
+                                      f"in {_folder(folder)}'s {name}")  # fmt: skip
+    return out
+
+
+def _folder(session: str) -> str:
+    return f"session {session}" if session else "the workspace"
+
+
 def check_end(state: EndState) -> CheckResult:
     """Check 4: lock free, queue empty, no process left behind."""
     out = CheckResult("4 clean end")
@@ -347,6 +450,9 @@ def check_end(state: EndState) -> CheckResult:
     if state.queued_jobs or state.started_jobs:
         out.violations.append(f"queue: {state.queued_jobs} queued, {state.started_jobs} started "
                               f"or deferred: {state.stuck_jobs[:6]}")  # fmt: skip
+    if state.session_calls:
+        out.violations.append(f"sessions: {state.session_calls} calls still listed without a "
+                              "result")  # fmt: skip
     if state.bash_left:
         out.violations.append(f"bash processes left after the load: {state.bash_left}")
     if state.processes_left:
@@ -354,15 +460,24 @@ def check_end(state: EndState) -> CheckResult:
     return out
 
 
-def recovery_times(events: list[Event], faults: list[Fault]) -> dict[str, list[float]]:
-    """Check 5: holder death -> next grant, and worker death -> its call's error result."""
-    grants = sorted((e.ts, e.pid) for e in events if e.event == "lock_acquired")
+def recovery_times(
+    events: list[Event], faults: list[Fault], scope_of: Mapping[str, str] | None = None
+) -> dict[str, list[float]]:
+    """Check 5: holder death -> next grant, and worker death -> its call's error result.
+
+    With ``scope_of`` (call id -> session, "" for none), the next grant is the next one in the
+    scope of the holder's call; other scopes do not wait for it."""
+    scopes = scope_of or {}
+    grants = sorted((e.ts, e.pid, scopes.get(e.call_id, "")) for e in events
+                    if e.event == "lock_acquired")  # fmt: skip
     started_by = {e.call_id: e.pid for e in events if e.event == "tool_execution_started"}
     lost_at = {e.call_id: e.ts for e in events if e.event == "call_lost"}
     times: dict[str, list[float]] = {}
     for fault in faults:
         if fault.kind in ("kill_holder", "stop_holder", "cut_holder") and fault.pid:
-            after = [ts for ts, pid in grants if ts >= fault.start and pid != fault.pid]
+            scope = scopes.get(fault.call_id, "")
+            after = [ts for ts, pid, where in grants
+                     if ts >= fault.start and pid != fault.pid and where == scope]  # fmt: skip
             if after:
                 times.setdefault(f"{fault.kind}: next grant", []).append(after[0] - fault.start)
         if fault.kind.startswith("kill") and fault.pid:
@@ -385,16 +500,17 @@ def report(
     injected = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
     lines.append(f"{'faults injected':<28} {injected}")
     lines.append("")
-    lines.append(f"{'check':<34} {'violations':>10}")
+    width = max([34, *(len(check.name) for check in checks)])
+    lines.append(f"{'check':<{width}} {'violations':>10}")
     for check in checks:
-        lines.append(f"{check.name:<34} {len(check.violations):>10}")
+        lines.append(f"{check.name:<{width}} {len(check.violations):>10}")
         lines += [f"    note: {n}" for n in check.notes]
         for violation in check.violations[:15]:
             known = known_fault(violation)
             lines.append(f"    VIOLATION{f' (known {known})' if known else ''}: {violation}")
     lines.append("")
-    lines.append(f"{'5 recovery (s)':<34} {'n':>4} {'median':>8} {'max':>8}")
+    lines.append(f"{'5 recovery (s)':<{width}} {'n':>4} {'median':>8} {'max':>8}")
     for name, values in sorted(times.items()):
-        lines.append(f"  {name:<32} {len(values):>4} {statistics.median(values):>8.3f} "
+        lines.append(f"  {name:<{width - 2}} {len(values):>4} {statistics.median(values):>8.3f} "
                      f"{max(values):>8.3f}")  # fmt: skip
     return "\n".join(lines)

@@ -4,6 +4,9 @@ SIGKILL of a worker, SIGKILL of an exclusive holder, SIGSTOP of a holder beyond 
 proxied worker cut off from Redis beyond its lease, and one Redis restart (SIGKILL, same port
 and AOF dir). A fault aimed at a holder that released first is recorded as what it turned out
 to be (``kill_random``, ``cut_idle``) or not at all (a SIGSTOP that missed).
+
+A holder is looked for in every lock scope of the run (the workers' own and, with sessions,
+each session's), starting each look at the next scope, so each scope's holders get hit.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 import redis
 
 from executor.lock import RWLock
+from executor.wire import DEFAULT_SCOPE
 from tests.support.fault.checks import Fault
 from tests.support.fault.procs import Pools, crash_restart
 from workers._embedded_redis import RedisServer
@@ -31,14 +35,18 @@ class Injector:
     def __init__(
         self, redis_server: RedisServer, pools: Pools, done: threading.Event, rng: random.Random,
         *, lease_ms: int, gap: float, max_faults: int | None,
+        scopes: list[str] | None = None,
     ) -> None:  # fmt: skip
         self.redis, self.pools, self.done, self.rng = redis_server, pools, done, rng
         self.lease_ms, self.gap, self.max_faults = lease_ms, gap, max_faults
+        self.scopes = scopes or [DEFAULT_SCOPE]
         self.faults: list[Fault] = []
         self.stopped_pids: set[int] = set()
+        self._next_scope = 0
 
     def loop(self) -> None:
-        lock = RWLock.from_url(self.redis.tcp_url, lease_ms=self.lease_ms)
+        locks = [RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.lease_ms)
+                 for scope in self.scopes]  # fmt: skip
         plan = list(FAULT_KINDS)
         self.rng.shuffle(plan)
         try:
@@ -47,24 +55,30 @@ class Injector:
                 if not plan and limit is not None and len(self.faults) >= limit:
                     return
                 kind = plan[0] if plan else self.rng.choice(FAULT_KINDS[:4])
-                fault = self._inject(kind, lock)
+                fault = self._inject(kind, locks)
                 if fault is not None:
                     self.faults.append(fault)
                     if plan and fault.kind == plan[0]:
                         plan.pop(0)
         finally:
-            lock.close()
+            for lock in locks:
+                lock.close()
 
-    def _holder(self, lock: RWLock, pids: list[int], search_s: float = 4.0) -> tuple[int, str, str]:
-        """(pid, call id, token) of an exclusive holder among ``pids``, or (0, "", "")."""
+    def _holder(
+        self, locks: list[RWLock], pids: list[int], search_s: float = 4.0
+    ) -> tuple[int, str, str, RWLock]:
+        """(pid, call id, token, lock) of an exclusive holder among ``pids`` in any of
+        ``locks``, or (0, "", "", the first lock)."""
         deadline = time.monotonic() + search_s
         while time.monotonic() < deadline and not self.done.is_set():
-            with contextlib.suppress(redis.RedisError):
-                for holder in lock.status().holders:
-                    if holder.mode == "exclusive" and holder.owner.pid in pids:
-                        return holder.owner.pid, holder.owner.call_id, holder.token
+            self._next_scope = (self._next_scope + 1) % len(locks)
+            for lock in locks[self._next_scope :] + locks[: self._next_scope]:
+                with contextlib.suppress(redis.RedisError):
+                    for holder in lock.status().holders:
+                        if holder.mode == "exclusive" and holder.owner.pid in pids:
+                            return holder.owner.pid, holder.owner.call_id, holder.token, lock
             time.sleep(0.003)
-        return 0, "", ""
+        return 0, "", "", locks[0]
 
     @staticmethod
     def _holds(lock: RWLock, token: str) -> bool:
@@ -72,7 +86,7 @@ class Injector:
             return any(h.token == token for h in lock.status().holders)
         return False
 
-    def _inject(self, kind: str, lock: RWLock) -> Fault | None:
+    def _inject(self, kind: str, locks: list[RWLock]) -> Fault | None:
         lease = self.lease_ms / 1000
         live = [p for p in self.pools.workers() if p not in self.stopped_pids]
         if kind == "kill_random":
@@ -80,7 +94,7 @@ class Injector:
             os.kill(pid, signal.SIGKILL)
             return Fault(kind, time.time(), time.time(), pid)
         if kind in ("kill_holder", "stop_holder"):
-            pid, call_id, token = self._holder(lock, live)
+            pid, call_id, token, lock = self._holder(locks, live)
             if not pid:
                 return None
             start = time.time()
@@ -100,7 +114,7 @@ class Injector:
             return Fault(kind, start, time.time(), pid, call_id)
         if kind == "cut_holder":
             proxied = [p for p in self.pools.workers(proxied=True) if p not in self.stopped_pids]
-            pid, call_id, token = self._holder(lock, proxied)
+            pid, call_id, token, lock = self._holder(locks, proxied)
             proxies = [(process.pid, proxy) for process, proxy in self.pools.supervisors if proxy]
             owning = [proxy for sup, proxy in proxies if pid in self.pools.workers_of(sup)]
             target = owning[0] if owning else self.rng.choice(proxies)[1]

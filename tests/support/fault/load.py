@@ -3,6 +3,11 @@
 Writes aim at a few shared files with self-checking payloads (``checks.payload``),
 edits append their call id to one edit log, and bash appends its call id to ``RAN_LOG``.
 Each submitted call gets a ``CallRecord``; its result, when collected, is written into it.
+
+With sessions, every fourth orchestrator (index 3, 7, ...) sends its turns without a session,
+to the workers' own workspace; each other one sends each turn to a session it picks at random
+(its seeded rng), so several orchestrators' turns meet in one session's lock and folder.
+A call's record names the session it was sent to.
 """
 
 from __future__ import annotations
@@ -18,10 +23,9 @@ import redis
 from executor import RedisUnavailable, Settings
 from executor.client import Executor, Turn, TurnError
 from executor.wire import Keys
-from tests.support.fault.checks import EDIT_LOG, CallRecord, payload
+from tests.support.fault.checks import EDIT_LOG, RAN_LOG, CallRecord, payload
 
 SHARED = ["f0.txt", "f1.txt", "f2.txt", "f3.txt"]
-RAN_LOG = "ran.log"  # bash appends its call id: proof that a command ran (bash is not fenced)
 _TOOLS = {"write_file": 3, "edit_file": 2, "bash": 2, "read_file": 2, "list_directory": 1,
           "glob": 1, "grep": 1, "calculator": 1, "get_weather": 0.5}  # fmt: skip
 
@@ -31,10 +35,11 @@ class Load:
 
     def __init__(
         self, settings: Settings, keys: Keys, done: threading.Event, *, calls: int, seed: int,
-        turn_timeout: float,
+        turn_timeout: float, sessions: list[str] | None = None,
     ) -> None:  # fmt: skip
         self.settings, self.keys, self.done = settings, keys, done
         self.seed, self.turn_timeout = seed, turn_timeout
+        self.sessions = sessions or []
         self.records: dict[str, CallRecord] = {}
         self.counts = {"turns": 0, "submit_errors": 0, "collect_errors": 0}
         self._lock = threading.Lock()
@@ -46,7 +51,7 @@ class Load:
             self._remaining -= n
             return n
 
-    def _call(self, rng: random.Random, prefix: str) -> dict[str, Any]:
+    def _call(self, rng: random.Random, prefix: str, session: str | None) -> dict[str, Any]:
         tool = rng.choices(list(_TOOLS), weights=list(_TOOLS.values()))[0]
         call_id = f"{prefix}-{uuid.uuid4().hex[:10]}"
         path = rng.choice(SHARED)
@@ -63,7 +68,8 @@ class Load:
             "calculator": lambda: {"expression": f"{rng.randint(1, 999)} * {rng.randint(1, 999)}"},
             "get_weather": lambda: {"city": "Berlin"},
         }[tool]()  # fmt: skip
-        self.records[call_id] = CallRecord(call_id, tool, str(args.get("path", "")))
+        self.records[call_id] = CallRecord(call_id, tool, str(args.get("path", "")),
+                                           session=session or "")  # fmt: skip
         return {"id": call_id, "name": tool, "arguments": args}
 
     def orchestrate(self, index: int, redis_url: str) -> None:
@@ -72,19 +78,28 @@ class Load:
         executor = Executor(settings=self.settings.with_changes(redis_url=redis_url))
         try:
             while (n := self._take(rng.randint(1, 4))) and not self.done.is_set():
-                calls = [self._call(rng, f"o{index}") for _ in range(n)]
+                session = self._session(rng, index)
+                calls = [self._call(rng, f"o{index}", session) for _ in range(n)]
                 now = time.time()
                 for item in calls:
                     self.records[item["id"]].submitted_at = now
-                turn = self._submit(executor, calls)
+                turn = self._submit(executor, calls, session)
                 if turn is not None:
                     self._collect(executor, turn, calls)
         finally:
             executor.close()
 
-    def _submit(self, executor: Executor, calls: list[dict[str, Any]]) -> Turn | str | None:
+    def _session(self, rng: random.Random, index: int) -> str | None:
+        """The session of the next turn of orchestrator ``index``; None for no session."""
+        if not self.sessions or index % 4 == 3:
+            return None
+        return rng.choice(self.sessions)
+
+    def _submit(
+        self, executor: Executor, calls: list[dict[str, Any]], session: str | None
+    ) -> Turn | str | None:
         try:
-            turn = executor.submit(calls)
+            turn = executor.submit(calls, session=session)
             self._count("turns")
             return turn
         except (redis.RedisError, RedisUnavailable) as exc:

@@ -66,10 +66,19 @@ def proc_scan(mark: str) -> list[tuple[int, int, str]]:
 
 
 class Pools:
-    """Three ``workers.cli worker`` pools: one direct, up to two behind a ``TcpProxy`` each."""
+    """Three ``workers.cli worker`` pools: one direct, up to two behind a ``TcpProxy`` each.
 
-    def __init__(self, redis_server: RedisServer, workspace: Path, log: Path, mark: str) -> None:
+    With ``sessions_root``, every pool also serves sessions, all from that one folder under
+    the one ``host`` name: they share the disk, as they share the workspace, so a session's
+    calls still move between pools when one is killed or cut off.
+    """
+
+    def __init__(
+        self, redis_server: RedisServer, workspace: Path, log: Path, mark: str, *,
+        sessions_root: Path | None = None, host: str = "",
+    ) -> None:  # fmt: skip
         self.redis, self.ws, self.log, self.mark = redis_server, workspace, log, mark
+        self.sessions_root, self.host = sessions_root, host
         self.supervisors: list[tuple[subprocess.Popen[bytes], TcpProxy | None]] = []
 
     def start(self, workers: int, lease_ms: int) -> None:
@@ -89,6 +98,8 @@ class Pools:
                 url = proxy.url if proxy else self.redis.tcp_url
                 command = [sys.executable, "-m", "workers.cli", "worker", "--workers", str(count),
                            "--redis", url, "--workspace", str(self.ws), "--grace", "5"]  # fmt: skip
+                if self.sessions_root is not None:
+                    command += ["--sessions-root", str(self.sessions_root), "--host", self.host]
                 process = subprocess.Popen(
                     command, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, start_new_session=True,

@@ -1,7 +1,8 @@
 """The fault run: worker pools and orchestrators under load while faults are injected.
 
     .venv/bin/python scripts/fault_run.py [--calls N] [--workers N] [--orchestrators N]
-        [--seconds S] [--lease-ms MS] [--max-faults N] [--seed N]
+        [--seconds S] [--lease-ms MS] [--max-faults N] [--fault-gap S] [--seed N]
+        [--turn-timeout S] [--sessions N]
 
 A private redis-server (append-only, fsync always, a free port, never 6379), three pools run
 as ``python -m workers.cli worker`` (one direct, two through loopback TCP proxies that the
@@ -11,6 +12,11 @@ SIGKILL of a worker, SIGKILL of an exclusive holder, SIGSTOP of a holder beyond 
 a proxied worker cut off from Redis beyond its lease, and one Redis restart (SIGKILL, same
 port and AOF dir). Then the checks of ``checks`` run and a table is printed; the exit code
 is 1 if any check found a violation that is not a known, reported fault.
+
+With ``--sessions N`` (N > 0), the pools also serve sessions, all from one sessions root under
+one host name, and the run creates sessions s0..s(N-1) once the pools are up, each seeded
+with the workspace's starting files; most orchestrators send their turns to the sessions
+(``load``), and the checks run per lock scope and per folder.
 
 The parts, beside this module (the configuration, the run and ``main``): ``procs`` (the Redis
 server, the worker pools, the scan for leftovers), ``load`` (the orchestrators and their
@@ -27,23 +33,35 @@ import tempfile
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from executor import Settings
+from executor import Sessions, Settings
 from executor.lock import RWLock
-from executor.wire import Keys, ToolResult, call_queue, read_events
+from executor.wire import (
+    DEFAULT_SCOPE,
+    Keys,
+    SessionStore,
+    ToolResult,
+    call_queue,
+    named_queue,
+    read_events,
+    session_scope,
+)  # fmt: skip
 from tests.support.fault.checks import (
     EDIT_LOG,
     EDIT_LOG_START,
+    RAN_LOG,
     CallRecord,
     EndState,
     Sighting,
     check_end,
     check_files,
+    check_folders,
     check_holds,
     check_results,
     known_fault,
@@ -52,9 +70,11 @@ from tests.support.fault.checks import (
     report,
 )  # fmt: skip
 from tests.support.fault.inject import Injector
-from tests.support.fault.load import RAN_LOG, SHARED, Load
-from tests.support.fault.observe import Observer
+from tests.support.fault.load import SHARED, Load
+from tests.support.fault.observe import Observer, watch
 from tests.support.fault.procs import Pools, aof_redis, proc_scan
+
+HOST = "fault-host"  # the one host name of the pools' sessions: they share the disk
 
 
 @dataclass
@@ -68,6 +88,7 @@ class Config:
     fault_gap: float = 1.0
     seed: int = 0
     turn_timeout: float = 120.0
+    sessions: int = 0  # sessions s0..s(N-1); 0: none, every call in the workspace
 
 
 @dataclass
@@ -92,6 +113,10 @@ class Harness:
         self.tmp = Path(tempfile.mkdtemp(prefix="toolpool-fault-"))
         self.ws = self.tmp / "ws"
         self.ws.mkdir()
+        self.session_names = [f"s{i}" for i in range(config.sessions)]
+        self.sessions_root = self.tmp / "sessions"
+        if config.sessions:
+            self.sessions_root.mkdir()
         self.redis = aof_redis()
         self.keys = Keys()
         self.settings = Settings(
@@ -99,17 +124,25 @@ class Harness:
             call_heartbeat_s=0.5, events_maxlen=1_000_000, turn_timeout=120.0,
         )  # fmt: skip
         self._load_done = threading.Event()
-        self.pools = Pools(self.redis, self.ws, self.tmp / "pools.log", self.mark)
+        self.pools = Pools(
+            self.redis, self.ws, self.tmp / "pools.log", self.mark,
+            sessions_root=self.sessions_root if config.sessions else None, host=HOST,
+        )  # fmt: skip
         self.load = Load(
             self.settings, self.keys, self._load_done,
             calls=config.calls, seed=config.seed, turn_timeout=config.turn_timeout,
+            sessions=self.session_names,
         )  # fmt: skip
+        self.scopes = [DEFAULT_SCOPE, *(session_scope(n) for n in self.session_names)]
         self.injector = Injector(
             self.redis, self.pools, self._load_done, self.rng, lease_ms=config.lease_ms,
-            gap=config.fault_gap, max_faults=config.max_faults,
+            gap=config.fault_gap, max_faults=config.max_faults, scopes=self.scopes,
         )  # fmt: skip
         self.sightings: list[Sighting] = []
-        self.observer = Observer(self.ws, SHARED, self.sightings)
+        self.observers = [Observer(self.ws, SHARED, self.sightings)] + [
+            Observer(self.sessions_root / n, SHARED, self.sightings, folder=n)
+            for n in self.session_names
+        ]
         self.records = self.load.records
         self.faults = self.injector.faults
 
@@ -117,14 +150,13 @@ class Harness:
         started = time.monotonic()
         self.redis.start()
         try:
-            for name in SHARED:
-                (self.ws / name).write_text(payload("init", 1))
-            (self.ws / EDIT_LOG).write_text(EDIT_LOG_START)
+            _seed(self.ws)
             self.pools.start(self.cfg.workers, self.cfg.lease_ms)
+            self._create_sessions()
             threads = [threading.Thread(target=self.load.orchestrate,
                                         args=(i, self.redis.tcp_url), daemon=True)
                        for i in range(self.cfg.orchestrators)]  # fmt: skip
-            helpers = [threading.Thread(target=self.observer.run, args=(self._load_done,),
+            helpers = [threading.Thread(target=watch, args=(self.observers, self._load_done),
                                         daemon=True),
                        threading.Thread(target=self.injector.loop, daemon=True)]  # fmt: skip
             load_start = time.monotonic()
@@ -140,6 +172,23 @@ class Harness:
         finally:
             self.pools.stop()
             self.redis.stop()
+
+    def _create_sessions(self) -> None:
+        """Create the sessions on the pools' host, each empty, then seed it like the workspace."""
+        if not self.session_names:
+            return
+        settings = self.settings.with_changes(redis_url=self.redis.tcp_url)
+        with Sessions(settings=settings) as sessions:
+            deadline = time.monotonic() + 60.0
+            # Every worker has registered on the pool queue; its catalog entry (with its host)
+            # may come a moment later.
+            while sessions.hosts().get(HOST, 0) < self.cfg.workers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no worker serves host {HOST}: {sessions.hosts()}")
+                time.sleep(0.1)
+            for name in self.session_names:
+                sessions.create(name, host=HOST, idle_ttl=0, timeout=60.0)
+                _seed(self.sessions_root / name)
 
     def _finish(self, load_s: float, started: float) -> Outcome:
         client = redis.Redis.from_url(self.redis.tcp_url)
@@ -157,13 +206,19 @@ class Harness:
                                                if stored.error_type else None)  # fmt: skip
         client.close()
         state.processes_left = self.pools.stop()
-        finals = {n: (self.ws / n).read_text() for n in [*SHARED, EDIT_LOG]}
-        ran = self.ws / RAN_LOG
-        bash_ran = ran.read_text().split() if ran.exists() else []
+        folders = {"": self.ws, **{n: self.sessions_root / n for n in self.session_names}}
+        finals = {name: {n: (folder / n).read_text() for n in [*SHARED, EDIT_LOG]}
+                  for name, folder in folders.items()}  # fmt: skip
+        ran = {name: _ran(folder) for name, folder in folders.items()}
+        bash_ran = [call_id for ids in ran.values() for call_id in ids]
+        edit_logs = [texts[EDIT_LOG] for texts in finals.values()]
+        sessions = bool(self.session_names)
+        files = (check_folders(finals, self.sightings, records, ran) if sessions
+                 else check_files(finals[""], self.sightings, records))  # fmt: skip
         checks = [
-            *check_holds(events, records, self.faults, self.sightings),
-            check_results(records, events, finals[EDIT_LOG], bash_ran),
-            check_files(finals, self.sightings, records),
+            *check_holds(events, records, self.faults, self.sightings, sessions=sessions),
+            check_results(records, events, edit_logs, bash_ran),
+            files,
             check_end(state),
         ]
         figures = {
@@ -175,10 +230,23 @@ class Harness:
             "collect retries (Redis down)": self.load.counts["collect_errors"],
             "total time": f"{time.monotonic() - started:.1f} s",
         }  # fmt: skip
-        text = report(checks, self.faults, recovery_times(events, self.faults), figures)
+        scope_of = {c: r.session for c, r in records.items()} if sessions else None
+        if sessions:
+            figures["sessions"] = self._session_figures(records)
+        times = recovery_times(events, self.faults, scope_of)
+        text = report(checks, self.faults, times, figures)
         self._dump(events, records)
         text += f"\nrecords, faults and events: {self.tmp / 'run.json'}"
         return Outcome([v for c in checks for v in c.violations], text, figures)
+
+    def _session_figures(self, records: dict[str, CallRecord]) -> str:
+        """Calls per session and without one; holder faults per scope."""
+        calls = Counter(r.session for r in records.values())
+        shares = ", ".join(f"{n} {calls[n]}" for n in self.session_names)
+        holders = [f for f in self.faults if f.kind in ("kill_holder", "stop_holder", "cut_holder")]
+        in_sessions = sum(1 for f in holders if (r := records.get(f.call_id)) and r.session)
+        return (f"{len(self.session_names)} on host {HOST} (calls: {shares}, none {calls['']}; "
+                f"holder faults in a session {in_sessions} of {len(holders)})")  # fmt: skip
 
     def _dump(self, events: list[Any], records: dict[str, CallRecord]) -> None:
         data = {
@@ -190,24 +258,47 @@ class Harness:
         (self.tmp / "run.json").write_text(json.dumps(data, default=str))
 
     def _settle(self, client: redis.Redis) -> EndState:
-        lock = RWLock.from_url(self.redis.tcp_url, lease_ms=self.cfg.lease_ms)
-        queue = call_queue(client, self.keys, "default")
+        locks = [RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.cfg.lease_ms)
+                 for scope in self.scopes]  # fmt: skip
+        queues = [call_queue(client, self.keys, "default")]
+        if self.session_names:
+            queues.append(named_queue(client, self.keys.host_queue_name("default", HOST)))
+        store = SessionStore(client, self.keys)
         deadline = time.monotonic() + 20.0
         while True:
-            status = lock.status()
+            statuses = [lock.status() for lock in locks]
             state = EndState(
-                lock_holders=len(status.holders), lock_waiters=len(status.queue),
-                queued_jobs=queue.count, started_jobs=queue.started_job_registry.count
-                + queue.deferred_job_registry.count,
+                lock_holders=sum(len(s.holders) for s in statuses),
+                lock_waiters=sum(len(s.queue) for s in statuses),
+                queued_jobs=sum(q.count for q in queues),
+                started_jobs=sum(q.started_job_registry.count + q.deferred_job_registry.count
+                                 for q in queues),
                 bash_left=[p for p, _, comm in proc_scan(self.mark) if comm in ("bash", "sleep")],
+                session_calls=sum(len(store.pending_calls(n)) for n in self.session_names),
             )  # fmt: skip
-            state.stuck_jobs = [*queue.started_job_registry.get_job_ids(),
-                                *queue.deferred_job_registry.get_job_ids()]  # fmt: skip
+            state.stuck_jobs = [job for q in queues for job in
+                                [*q.started_job_registry.get_job_ids(),
+                                 *q.deferred_job_registry.get_job_ids()]]  # fmt: skip
             busy = state.lock_holders or state.lock_waiters or state.queued_jobs
-            if not (busy or state.started_jobs or state.bash_left) or time.monotonic() > deadline:
-                lock.close()
+            if not (busy or state.started_jobs or state.bash_left or state.session_calls) \
+                    or time.monotonic() > deadline:  # fmt: skip
+                for lock in locks:
+                    lock.close()
                 return state
             time.sleep(0.1)
+
+
+def _seed(folder: Path) -> None:
+    """The starting files: each shared file an ``init`` payload, the edit log empty."""
+    for name in SHARED:
+        (folder / name).write_text(payload("init", 1))
+    (folder / EDIT_LOG).write_text(EDIT_LOG_START)
+
+
+def _ran(folder: Path) -> list[str]:
+    """The ids bash appended to ``folder``'s ``RAN_LOG``."""
+    ran = folder / RAN_LOG
+    return ran.read_text().split() if ran.exists() else []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,9 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-gap", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--turn-timeout", type=float, default=120.0)
+    parser.add_argument("--sessions", type=int, default=0,
+                        help="sessions to spread the turns over (0: none)")  # fmt: skip
     args = parser.parse_args(argv)
     config = Config(args.calls, args.workers, args.orchestrators, args.seconds, args.lease_ms,
-                    args.max_faults, args.fault_gap, args.seed, args.turn_timeout)  # fmt: skip
+                    args.max_faults, args.fault_gap, args.seed, args.turn_timeout,
+                    args.sessions)  # fmt: skip
     outcome = Harness(config).run()
     print(outcome.text, flush=True)
     return 1 if outcome.unexpected else 0

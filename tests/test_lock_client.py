@@ -350,6 +350,21 @@ def test_a_lock_from_a_url_waits_and_hands_off(
     lock.close()
 
 
+def test_a_lock_from_a_url_gives_up_connecting_within_a_sixth_of_the_lease(
+    redis_url: str, keeper: LeaseKeeper
+) -> None:
+    # redis-py's own connect timeout (5 s) would hold a renewal on a link that drops packets
+    # silently past a 3 s lease: the loss would be declared seconds late (found with a host
+    # cut off in a network namespace).
+    lock = RWLock.from_url(redis_url, lease_ms=3000, keeper=keeper)
+    try:
+        for client in (lock.redis, lock.blocking_redis):
+            assert client.connection_pool.connection_kwargs["socket_connect_timeout"] == 0.5
+        assert lock.redis.connection_pool.connection_kwargs["socket_timeout"] == 0.5
+    finally:
+        lock.close()
+
+
 def test_the_fence_guards_a_tool_context(make_lock: MakeLock, tmp_path: Path) -> None:
     lock = make_lock()
     lease = lock.acquire("exclusive")

@@ -158,9 +158,13 @@ def test_on_lost_cancels_the_run_and_records_the_loss(tmp_path: Path, client: re
         fence = 7
         lost_reason = "a renewal found the lease gone"
 
-    lost = _loss(client).on_lost(state, "exclusive")
+    events = EventLog(client, Keys(), worker="w1")
+    lost = LockLoss(client, Keys(), events).on_lost(state, "exclusive")
     lost(cast(Lease, _Lease()))
     assert state.cancelled.is_set()
+    # Queued on the keeper thread, which must not wait on Redis; the call's emit writes it.
+    assert _stream(client) == []
+    events.flush()
     assert _stream(client) == [
         ("lock_lost", {"mode": "exclusive", "fence": 7, "reason": "a renewal found the lease gone"})
     ]

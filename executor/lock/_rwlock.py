@@ -120,15 +120,21 @@ class RWLock:
     ) -> RWLock:
         """A lock with clients of its own for ``url``, with timeouts that suit it.
 
-        Scripts and renewals: a socket timeout of a sixth of the lease (0.05-2 s) and one
-        immediate retry (for a pooled connection that went stale), so a hung Redis costs at
-        most a third of the lease per attempt. Wake-up waits: a timeout above ``recheck_s``.
+        Scripts and renewals: a socket timeout, and a connect timeout, of a sixth of the lease
+        (0.05-2 s) and one immediate retry (for a pooled connection that went stale), so a hung
+        or cut-off Redis costs at most a third of the lease per attempt. (redis-py's own connect
+        timeout, 5 s, would keep a renewal blocked past the lease on a link that drops packets
+        silently, and the loss would be declared late.) Wake-up waits: a timeout above
+        ``recheck_s``.
         """
         script_timeout = min(2.0, max(0.05, lease_ms / 6000))
         client = redis.Redis.from_url(
-            url, socket_timeout=script_timeout, retry=Retry(NoBackoff(), 1)
+            url, socket_timeout=script_timeout, socket_connect_timeout=script_timeout,
+            retry=Retry(NoBackoff(), 1),
+        )  # fmt: skip
+        blocking = redis.Redis.from_url(
+            url, socket_timeout=recheck_s + 2.0, socket_connect_timeout=script_timeout
         )
-        blocking = redis.Redis.from_url(url, socket_timeout=recheck_s + 2.0)
         lock = cls(
             client,
             scope,

@@ -77,8 +77,11 @@ class LockLoss:
 
         def lost(held: Lease) -> None:
             cancelled.set()
-            self._events.emit("lock_lost", call_id=call.id, turn_id=turn_id, tool=tool.name,
-                              mode=mode, fence=held.fence, reason=held.lost_reason)  # fmt: skip
+            # Queued, not written: this runs on the keeper thread, which renews every lease of
+            # the process and must not wait on a Redis that may be out of reach. The call's
+            # emit step writes it, before the result.
+            self._events.defer("lock_lost", call_id=call.id, turn_id=turn_id, tool=tool.name,
+                               mode=mode, fence=held.fence, reason=held.lost_reason)  # fmt: skip
 
         return lost
 

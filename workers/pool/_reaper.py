@@ -59,7 +59,6 @@ TOKEN_ENV = "TOOLPOOL_POOL_CHILD"
 # A live worker holds a job in the intermediate list only for the milliseconds between RQ's
 # dequeue and its execution record; a job there longer, with no execution, has lost its worker.
 DEQUEUE_GRACE_S = 2.0
-_GRACE_POLL_S = 0.05
 
 
 @dataclass
@@ -238,22 +237,14 @@ class Reaper:
 
         Such a job was taken off the queue by a worker that died before it started the job
         (RQ records no owner until then). With no other live worker on the queue, ``dead``
-        took it; otherwise any job that gets no execution within the grace lost its worker.
+        took it: it goes back now. Otherwise any of them may have taken it and be about to
+        start it; ``sweep_dequeued`` puts it back if none does within the grace. Burying does
+        not wait for that: the supervisor would see the next death only after it.
         """
-        waiting = dequeued_not_started(queue)
-        if not waiting:
-            return
         if self._other_live_workers(queue, dead.name):
-            deadline = time.monotonic() + self._grace
-            while waiting and time.monotonic() < deadline:
-                time.sleep(_GRACE_POLL_S)
-                still = set(dequeued_not_started(queue))
-                waiting = [rq_job_id for rq_job_id in waiting if rq_job_id in still]
-            why = f"no live worker started it within {self._grace:g} s"
-        else:
-            why = "no other live worker serves its queue"
-        for rq_job_id in waiting:
-            self._requeue(dead, queue, rq_job_id, why)
+            return
+        for rq_job_id in dequeued_not_started(queue):
+            self._requeue(dead, queue, rq_job_id, "no other live worker serves its queue")
 
     def sweep_dequeued(self) -> None:
         """Put back jobs that sat unstarted in the pool queue's intermediate list too long.

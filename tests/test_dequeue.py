@@ -119,3 +119,21 @@ def test_a_two_queue_worker_killed_while_taking_jobs_loses_none(
                 *executor.collect(in_session, timeout=30),
             ]
     assert [r.status for r in results] == [ToolStatus.OK, ToolStatus.OK], results
+
+
+@pytest.mark.proof  # a worker pool
+def test_a_two_queue_worker_leaves_no_started_job_in_the_intermediate_lists(
+    settings: Settings, client: redis.Redis
+) -> None:
+    # RQ takes a started job off the intermediate list only for a one-queue worker: a
+    # two-queue worker's lists grew by every job, and the pool's sweep read them all.
+    with running_pool(settings, 2) as _, Sessions(settings=settings) as sessions:
+        sessions.create("s1")
+        with Executor(settings=settings) as executor:
+            for session in (None, "s1", None, "s1"):
+                (result,) = executor.run([{"name": "list_directory", "arguments": {}}],
+                                         session=session)  # fmt: skip
+                assert result.status is ToolStatus.OK, result.content
+            queues = [executor.queue.name, executor.keys.host_queue_name("default", "h1")]
+    for name in queues:
+        assert _intermediate(client, _queue(client, name)) == [], name

@@ -66,6 +66,12 @@ class _RefusingMixin:
         ]  # fmt: skip
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
 
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # RQ takes a started job off its queue's intermediate list only for a worker of one
+        # queue (where it used LMOVE); ReliableQueue moves from every queue, so always: else
+        # the list grows by every job, and the pool's sweep reads it all each second.
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # type: ignore[misc]
+
     connection: redis.Redis
     name: str
     events: EventLog | None = None

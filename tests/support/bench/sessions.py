@@ -8,6 +8,8 @@ the calls of a turn are exclusive, so they run one after another. Prints, in one
   against the same 8 agents without sessions (every exclusive call in the one global scope);
 - a sweep of workers 1/2/4/8 against sessions 1/8/32 (one agent per session; the 1-session
   row is 8 agents sharing one session), one run a cell;
+- a session created from a big template (site-packages) against ``cp -a`` of it, ``--runs``
+  times (``tests.support.bench.session_create``);
 - where the time goes, from the workers' events: how long a call holds its lock (the bash
   run) and how long a worker takes from one call's release to its next call's grant (dispatch;
   with fewer sessions than workers, waits for the session's lock too).
@@ -47,6 +49,7 @@ from rq import Worker
 from executor import Executor, SessionError, Sessions, Settings, ToolStatus
 from executor.wire import Event, Keys, read_events
 from tests.support.bench.calls import _load, _spread
+from tests.support.bench.session_create import measure_create
 from tests.support.bench.sides import BenchError, Pool
 from tests.support.bench.workers import run_toolpool_worker
 from workers._embedded_redis import RedisServer
@@ -404,6 +407,7 @@ def _run_all(bench: SessionBench) -> None:
                     f"{HEADLINE_AGENTS} sessions against none"
                 )
                 headline = measure_headline(bench)
+                measure_create(bench, args.runs)
             for shape in sweep_shapes(workers, args.quick):
                 sweep.append(bench.measure(shape))
                 rows.append(format_row(sweep[-1]))

@@ -23,7 +23,6 @@ from typing import IO, Any
 from rq.job import JobStatus
 
 from executor._errors import (
-    ConfigurationError,
     InvalidArgumentsError,
     RedisUnavailable,
     SessionError,
@@ -32,7 +31,7 @@ from executor._errors import (
 )
 from executor._settings import Settings
 from executor.client._collector import LIVENESS_CHECK_S, Collector
-from executor.client._outage import UNREACHABLE, connect, reaching, unreachable
+from executor.client._outage import UNREACHABLE, connect, reaching, required_url, unreachable
 from executor.contract import ToolInfo, ToolRegistry
 from executor.wire import (
     READY,
@@ -146,9 +145,7 @@ class Executor:
             self.session = self.settings.session or None
         if self.session is not None:
             check_session_name(self.session)
-        url = self.redis_url or self.settings.redis_url
-        if not url:
-            raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
+        url = required_url(self.redis_url, self.settings)
         self.redis_url = url
         self.keys = Keys(self.settings.key_prefix)
         self.client = connect(url)

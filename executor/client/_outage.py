@@ -18,8 +18,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor._errors import RedisUnavailable
-from executor._settings import shown_url
+from executor._errors import ConfigurationError, RedisUnavailable
+from executor._settings import Settings, shown_url
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,14 @@ UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 # Between attempts while an outage is ridden out: short first (a restart takes ~1 s).
 _FIRST_PAUSE_S = 0.1
 _MAX_PAUSE_S = 2.0
+
+
+def required_url(url: str | None, settings: Settings) -> str:
+    """``url``, else the settings' Redis URL; ``ConfigurationError`` saying how to give one."""
+    found = url or settings.redis_url
+    if not found:
+        raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
+    return found
 
 
 def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from executor._errors import ConfigurationError, SessionError
+from executor._errors import SessionError
 from executor._settings import Settings
-from executor.client._outage import connect, reaching
+from executor.client._outage import connect, reaching, required_url
 from executor.lock import LockStatus, RWLock
 from executor.wire import (
     CREATING,
@@ -49,12 +49,9 @@ class Sessions:
     settings: Settings = field(default_factory=Settings.from_env)
 
     def __post_init__(self) -> None:
-        url = self.redis_url or self.settings.redis_url
-        if not url:
-            raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
-        self.redis_url = url
+        self.redis_url = required_url(self.redis_url, self.settings)
         self.keys = Keys(self.settings.key_prefix)
-        self.client = connect(url)
+        self.client = connect(self.redis_url)
         self.store = SessionStore(self.client, self.keys)
 
     def close(self) -> None:

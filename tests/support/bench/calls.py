@@ -21,21 +21,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import redis
 import rq
 
 from executor import Settings
+from tests.support.bench.entry import run_bench
 from tests.support.bench.overhead import (
     format_parts,
     measure_parts,
@@ -300,34 +297,6 @@ def _run_all(bench: Bench) -> None:
         bench.out(f"  {line}")
 
 
-_INTERRUPTED = threading.Event()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """First Ctrl-C or SIGTERM: stop measuring; later ones are ignored so clean-up finishes."""
-    _INTERRUPTED.set()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    started = time.monotonic()
-    try:
-        run(args)
-    except (KeyboardInterrupt, redis.RedisError) as exc:
-        # Ctrl-C reaches our redis-server too (same process group), so the first sign of it
-        # may be a closed connection rather than KeyboardInterrupt.
-        if not _INTERRUPTED.is_set():
-            print(f"\nbenchmark failed: Redis error: {exc}", file=sys.stderr)
-            return 1
-        print("\ninterrupted: workers and Redis stopped", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"\n(total {time.monotonic() - started:.1f} s)")
-    return 0
+    return run_bench(lambda: run(args), (BenchError,))

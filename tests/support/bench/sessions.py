@@ -29,7 +29,6 @@ import itertools
 import math
 import os
 import shutil
-import signal
 import statistics
 import sys
 import tempfile
@@ -39,7 +38,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import redis
@@ -49,6 +47,7 @@ from rq import Worker
 from executor import Executor, SessionError, Sessions, Settings, ToolStatus
 from executor.wire import Event, Keys, read_events
 from tests.support.bench.calls import _load, _spread
+from tests.support.bench.entry import run_bench
 from tests.support.bench.session_create import measure_create
 from tests.support.bench.sides import BenchError, Pool
 from tests.support.bench.workers import run_toolpool_worker
@@ -435,34 +434,6 @@ def _run_all(bench: SessionBench) -> None:
         bench.out(f"  {line}")
 
 
-_INTERRUPTED = threading.Event()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """First Ctrl-C or SIGTERM: stop measuring; later ones are ignored so clean-up finishes."""
-    _INTERRUPTED.set()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
-    started = time.monotonic()
-    try:
-        run(args)
-    except (KeyboardInterrupt, redis.RedisError) as exc:
-        # Ctrl-C reaches our redis-server too (same process group), so the first sign of it
-        # may be a closed connection rather than KeyboardInterrupt.
-        if not _INTERRUPTED.is_set():
-            print(f"\nbenchmark failed: Redis error: {exc}", file=sys.stderr)
-            return 1
-        print("\ninterrupted: workers and Redis stopped", file=sys.stderr)
-        return 130
-    except (BenchError, SessionError) as exc:
-        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-        return 1
-    print(f"\n(total {time.monotonic() - started:.1f} s)")
-    return 0
+    return run_bench(lambda: run(args), (BenchError, SessionError))

@@ -1,0 +1,49 @@
+"""How a benchmark script runs: Ctrl-C and SIGTERM stop it cleanly, failures are one line.
+
+Shared by ``scripts/bench_calls.py`` and ``scripts/bench_sessions.py``: the first interrupt
+stops the measuring (later ones are ignored, so the clean-up of workers and Redis finishes);
+exit code 0 when done, 1 when it failed, 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+import redis
+
+_INTERRUPTED = threading.Event()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """First Ctrl-C or SIGTERM: stop measuring; later ones are ignored so clean-up finishes."""
+    _INTERRUPTED.set()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def run_bench(run: Callable[[], None], failures: tuple[type[Exception], ...]) -> int:
+    """Run a benchmark; ``failures`` are the errors that end it with a one-line message."""
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    try:
+        run()
+    except (KeyboardInterrupt, redis.RedisError) as exc:
+        # Ctrl-C reaches our redis-server too (same process group), so the first sign of it
+        # may be a closed connection rather than KeyboardInterrupt.
+        if not _INTERRUPTED.is_set():
+            print(f"\nbenchmark failed: Redis error: {exc}", file=sys.stderr)
+            return 1
+        print("\ninterrupted: workers and Redis stopped", file=sys.stderr)
+        return 130
+    except failures as exc:
+        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
+        return 1
+    print(f"\n(total {time.monotonic() - started:.1f} s)")
+    return 0

@@ -13,7 +13,7 @@ with its password, and whatever a model's command can read, the model can print.
 
 In a session, the shell state carries over from call to call, as in an interactive shell: a
 command starts in the directory the session's last command ended in, with the variables it
-exported (``_SessionShell``). The state is kept in Redis, so any worker continues it.
+exported (``workers.tools._shell_state``). The state is kept in Redis, so any worker continues it.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import fnmatch
-import json
 import os
 import selectors
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,8 +34,9 @@ from typing import IO, Annotated
 
 from pydantic import Field
 
-from executor import FenceError, ToolError, WorkspaceError
-from executor.contract import ShellState, ToolContext, tool
+from executor import FenceError, ToolError
+from executor.contract import ToolContext, tool
+from workers.tools._shell_state import SessionShell
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
 _KILL_GRACE = 1.0
@@ -114,7 +113,7 @@ def bash(
             return run.finish(ctx, limit)
         finally:
             run.close()
-    with _SessionShell(ctx, ctx.shell, env) as shell:
+    with SessionShell(ctx, ctx.shell, env) as shell:
         run = _ShellRun.start(
             executable, command, shell.cwd, ctx.settings.bash_max_output_bytes,
             shell.env, pass_fds=(shell.fd,),
@@ -126,110 +125,6 @@ def bash(
             run.close()
         notes = shell.keep()
     return "\n".join([report, *notes])
-
-
-# Variables bash sets by itself: never kept as the session's own.
-_SHELL_OWN = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "BASH_ENV", "TOOLPOOL_POOL_CHILD"})
-_NOT_KEPT = (
-    "note: the shell state (working directory, exported variables) could not be kept: Redis "
-    "was out of reach; the next command starts from the state kept before this one."
-)
-# The most of exported variables a session keeps (as JSON): enough for a virtualenv and a
-# few settings, not a place to store data.
-_MAX_KEPT_ENV = 64 * 1024
-
-
-class _SessionShell:
-    """A session's shell state around one command: where it starts, and what it ends with.
-
-    bash reads a start-up file of ours first (``BASH_ENV``, which it unsets, so shells the
-    command starts do not read it) that sets an ``EXIT`` trap: at the command's end (``exit``
-    included) bash writes its working directory and exported variables to a file descriptor
-    of ours. The command itself is run as given, so its errors read as without a session. A
-    command killed, or one that replaces the shell (``exec``) or sets its own ``EXIT`` trap,
-    keeps the earlier state.
-    """
-
-    def __init__(self, ctx: ToolContext, state: ShellState, base_env: dict[str, str]) -> None:
-        self._ctx = ctx
-        self._state = state
-        self._base_env = base_env
-        self.notes: list[str] = []
-        self.cwd = self._start_dir()
-        self._file = tempfile.TemporaryFile()  # noqa: SIM115
-        self.fd = self._file.fileno()
-        save = f'__tp_rc=$?; {{ pwd -P; printf "\\0"; env -0; }} >&{self.fd} 2>/dev/null'
-        # Both files are closed (and so removed) by __exit__.
-        self._startup = tempfile.NamedTemporaryFile("w", prefix="toolpool-bash-")  # noqa: SIM115
-        self._startup.write(f"unset BASH_ENV\ntrap '{save}; exit $__tp_rc' EXIT\n")
-        self._startup.flush()
-        self.env = {**base_env, **state.env, "BASH_ENV": self._startup.name}
-
-    def __enter__(self) -> _SessionShell:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._file.close()
-        self._startup.close()
-
-    def _start_dir(self) -> Path:
-        root = self._ctx.workspace.root
-        try:
-            start = self._ctx.workspace.resolve(self._state.cwd)
-        except WorkspaceError:
-            start = None
-        if start is None or not start.is_dir():
-            self.notes.append(
-                f"note: the working directory {self._state.cwd!r} left by an earlier command "
-                "is outside the session folder or gone; this command ran in the session "
-                "folder's root."
-            )
-            if not self._state.save(".", self._state.env):
-                self.notes.append(_NOT_KEPT)
-            return root
-        return start
-
-    def keep(self) -> list[str]:
-        """Save the state the command ended with, for the session's next call; notes to show."""
-        if self._ctx.cancelled.is_set():
-            return []  # stopped, timed out or lost its lease: the state stays as it was
-        self._file.seek(0)
-        data = self._file.read()
-        if b"\0" not in data:
-            return []  # the shell was replaced (exec) or the trap could not write
-        where, _, listed = data.partition(b"\0")
-        notes: list[str] = []
-        ended = where.decode(errors="replace").rstrip("\n")
-        ended_in = Path(ended)
-        root = self._ctx.workspace.root
-        if ended and (ended_in == root or root in ended_in.parents):
-            cwd = str(ended_in.relative_to(root)) if ended_in != root else "."
-        elif not ended:  # pwd -P fails in a directory removed under the shell
-            cwd = "."
-            notes.append(
-                "note: the command ended in a directory that no longer exists; the next command "
-                "starts in the session folder's root."
-            )
-        else:
-            cwd = "."
-            notes.append(
-                f"note: the command ended in {ended_in}, outside the session folder; the next "
-                "command starts in the session folder's root, not there."
-            )
-        env = {}
-        for entry in listed.split(b"\0"):
-            name, sep, value = entry.decode(errors="replace").partition("=")
-            if sep and name not in _SHELL_OWN and self._base_env.get(name) != value:
-                env[name] = value
-        if len(json.dumps(env)) > _MAX_KEPT_ENV:
-            notes.append(
-                f"note: the exported variables take more than {_MAX_KEPT_ENV} bytes; they were "
-                "not kept for the next command (the working directory was)."
-            )
-            env = self._state.env
-        if not self._state.save(cwd, env):
-            notes.append(_NOT_KEPT)
-        return notes
 
 
 def _environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:

@@ -1,0 +1,118 @@
+"""bash's shell state in a session: where a command starts, and what it ended with.
+
+The working directory and the exported variables a command ends with are kept (by the
+``ShellState``'s ``save``, in the session's record in Redis), so the session's next command
+starts there, on any worker.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from executor import WorkspaceError
+from executor.contract import ShellState, ToolContext
+
+# Variables bash sets by itself: never kept as the session's own.
+_SHELL_OWN = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "BASH_ENV", "TOOLPOOL_POOL_CHILD"})
+_NOT_KEPT = (
+    "note: the shell state (working directory, exported variables) could not be kept: Redis "
+    "was out of reach; the next command starts from the state kept before this one."
+)
+# The most of exported variables a session keeps (as JSON): enough for a virtualenv and a
+# few settings, not a place to store data.
+_MAX_KEPT_ENV = 64 * 1024
+
+
+class SessionShell:
+    """A session's shell state around one command: where it starts, and what it ends with.
+
+    bash reads a start-up file of ours first (``BASH_ENV``, which it unsets, so shells the
+    command starts do not read it) that sets an ``EXIT`` trap: at the command's end (``exit``
+    included) bash writes its working directory and exported variables to a file descriptor
+    of ours. The command itself is run as given, so its errors read as without a session. A
+    command killed, or one that replaces the shell (``exec``) or sets its own ``EXIT`` trap,
+    keeps the earlier state.
+    """
+
+    def __init__(self, ctx: ToolContext, state: ShellState, base_env: dict[str, str]) -> None:
+        self._ctx = ctx
+        self._state = state
+        self._base_env = base_env
+        self.notes: list[str] = []
+        self.cwd = self._start_dir()
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115
+        self.fd = self._file.fileno()
+        save = f'__tp_rc=$?; {{ pwd -P; printf "\\0"; env -0; }} >&{self.fd} 2>/dev/null'
+        # Both files are closed (and so removed) by __exit__.
+        self._startup = tempfile.NamedTemporaryFile("w", prefix="toolpool-bash-")  # noqa: SIM115
+        self._startup.write(f"unset BASH_ENV\ntrap '{save}; exit $__tp_rc' EXIT\n")
+        self._startup.flush()
+        self.env = {**base_env, **state.env, "BASH_ENV": self._startup.name}
+
+    def __enter__(self) -> SessionShell:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._file.close()
+        self._startup.close()
+
+    def _start_dir(self) -> Path:
+        root = self._ctx.workspace.root
+        try:
+            start = self._ctx.workspace.resolve(self._state.cwd)
+        except WorkspaceError:
+            start = None
+        if start is None or not start.is_dir():
+            self.notes.append(
+                f"note: the working directory {self._state.cwd!r} left by an earlier command "
+                "is outside the session folder or gone; this command ran in the session "
+                "folder's root."
+            )
+            if not self._state.save(".", self._state.env):
+                self.notes.append(_NOT_KEPT)
+            return root
+        return start
+
+    def keep(self) -> list[str]:
+        """Save the state the command ended with, for the session's next call; notes to show."""
+        if self._ctx.cancelled.is_set():
+            return []  # stopped, timed out or lost its lease: the state stays as it was
+        self._file.seek(0)
+        data = self._file.read()
+        if b"\0" not in data:
+            return []  # the shell was replaced (exec) or the trap could not write
+        where, _, listed = data.partition(b"\0")
+        notes: list[str] = []
+        ended = where.decode(errors="replace").rstrip("\n")
+        ended_in = Path(ended)
+        root = self._ctx.workspace.root
+        if ended and (ended_in == root or root in ended_in.parents):
+            cwd = str(ended_in.relative_to(root)) if ended_in != root else "."
+        elif not ended:  # pwd -P fails in a directory removed under the shell
+            cwd = "."
+            notes.append(
+                "note: the command ended in a directory that no longer exists; the next command "
+                "starts in the session folder's root."
+            )
+        else:
+            cwd = "."
+            notes.append(
+                f"note: the command ended in {ended_in}, outside the session folder; the next "
+                "command starts in the session folder's root, not there."
+            )
+        env = {}
+        for entry in listed.split(b"\0"):
+            name, sep, value = entry.decode(errors="replace").partition("=")
+            if sep and name not in _SHELL_OWN and self._base_env.get(name) != value:
+                env[name] = value
+        if len(json.dumps(env)) > _MAX_KEPT_ENV:
+            notes.append(
+                f"note: the exported variables take more than {_MAX_KEPT_ENV} bytes; they were "
+                "not kept for the next command (the working directory was)."
+            )
+            env = self._state.env
+        if not self._state.save(cwd, env):
+            notes.append(_NOT_KEPT)
+        return notes

@@ -147,7 +147,7 @@ def test_a_client_may_wait_for_the_first_worker(settings: Settings, client: redi
         )
         waiting.start()
         # The client has looked once and found no worker: it is waiting now.
-        wait_for(lambda: bool(executor._catalogs), "the client's first catalog read")
+        wait_for(lambda: bool(executor._routes.catalogs), "the client's first catalog read")
         pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
         pool.start()
         try:

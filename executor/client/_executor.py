@@ -32,9 +32,9 @@ from executor._errors import (
 from executor._settings import Settings
 from executor.client._collector import LIVENESS_CHECK_S, Collector
 from executor.client._outage import UNREACHABLE, connect, reaching, required_url, unreachable
+from executor.client._routes import Routes
 from executor.contract import ToolInfo, ToolRegistry
 from executor.wire import (
-    READY,
     CallJob,
     ErrorType,
     EventLog,
@@ -56,17 +56,12 @@ from executor.wire import (
     read_events,
 )
 from executor.wire import _refusals as refusals
-from executor.wire._catalog import REFRESH_S, Catalog, NoWorkerError, read_catalog
+from executor.wire._catalog import Catalog
 
 log = logging.getLogger(__name__)
 
 Approve = Callable[[ToolCall, ToolInfo], bool]
 Check = Callable[[ToolCall, ToolInfo], "str | None"]
-
-# How often a name missing from the catalog makes the client read it again.
-_CATALOG_RECHECK_S = 0.5
-# How often a client waiting for a live worker reads the catalog.
-_WORKER_POLL_S = 0.25
 
 
 class TurnError(ToolpoolError):
@@ -159,10 +154,8 @@ class Executor:
         )  # fmt: skip
         self.usage = Usage(self.max_tool_calls)
         self.sessions = SessionStore(self.client, self.keys)
-        # The catalog of each queue read (the pool's, and the hosts' of sessions), and when.
-        self._catalogs: dict[str, tuple[Catalog, float]] = {}
-        # Each session's queue (its host's), and when its record was read.
-        self._routes: dict[str, tuple[str, float]] = {}
+        self._routes = Routes(self.client, self.keys, self.settings,
+                              wait_for_workers=self.wait_for_workers)  # fmt: skip
         self._jsonl_handle: IO[str] | None = None
         if isinstance(self.jsonl, Path):
             self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
@@ -250,7 +243,7 @@ class Executor:
         stream_start = self._stream_position()
         queue = self.queue.name
         if session is not None:
-            routed, problem = self._route(session)
+            routed, problem = self._routes.session_queue(session)
             if routed is None:
                 answered = {i: ToolResult.failure(c.id, c.name, ErrorType.UNKNOWN_SESSION,
                                                   f"{c.name!r} did not run: {problem}.")
@@ -358,11 +351,11 @@ class Executor:
             queue = self.queue.name
             session = session or self.session
             if session is not None:
-                routed, problem = self._route(session)
+                routed, problem = self._routes.session_queue(session)
                 if routed is None:
                     raise SessionError(problem[0].upper() + problem[1:] + ".")
                 queue = routed
-            return self._read_catalog(queue)
+            return self._routes.read(queue)
 
     def full_output(self, call_id: str) -> str | None:
         """The full output of a truncated call, while it is kept."""
@@ -370,27 +363,6 @@ class Executor:
             return self.results.full_output(call_id)
 
     # -- inside ----------------------------------------------------------------------------
-
-    def _route(self, session: str) -> tuple[str | None, str]:
-        """The queue of ``session``'s host, or (None, why its calls cannot run).
-
-        A ready session's host is remembered for ``REFRESH_S``: a session does not move, and
-        one deleted meanwhile is refused by the workers all the same.
-        """
-        known = self._routes.get(session)
-        if known is not None and time.monotonic() - known[1] < REFRESH_S:
-            return known[0], ""
-        found = self.sessions.locate(session)
-        if found is None:
-            return None, (f"session {session!r} does not exist (never created, deleted, or "
-                          "expired after its idle time); create it with `toolpool session "
-                          "create`")  # fmt: skip
-        state, host = found
-        if state != READY:
-            return None, f"session {session!r} is {state}, not ready"
-        queue = self.keys.host_queue_name(self.settings.queue, host)
-        self._routes[session] = (queue, time.monotonic())
-        return queue, ""
 
     def _screen(
         self, turn_id: str, calls: Sequence[ToolCall], queue: str, session: str | None
@@ -428,7 +400,8 @@ class Executor:
     def _check(self, call: ToolCall, queue: str) -> ToolInfo | ToolResult:
         """The tool ``call`` names, or the result that answers a call that cannot run."""
         try:
-            tool = self._lookup(call.name, queue)
+            tool = (ToolInfo.of(self.registry.get(call.name)) if self.registry is not None
+                    else self._routes.tool(call.name, queue))  # fmt: skip
         except UnknownToolError as exc:
             return refusals.unknown_tool(call, exc)
         if call.arguments_error is not None:  # not JSON, or not an object: never enqueued
@@ -438,37 +411,6 @@ class Executor:
         except InvalidArgumentsError as exc:
             return refusals.invalid_arguments(call, exc.problems)
         return tool
-
-    def _lookup(self, name: str, queue: str) -> ToolInfo:
-        if self.registry is not None:
-            return ToolInfo.of(self.registry.get(name))
-        catalog, read_at = self._current_catalog(queue)
-        if name not in catalog and read_at < time.monotonic() - _CATALOG_RECHECK_S:
-            # Workers that serve it may have started since the catalog was read.
-            catalog = self._read_catalog(queue)
-        return catalog.get(name)
-
-    def _current_catalog(self, queue: str) -> tuple[Catalog, float]:
-        """``queue``'s catalog read at most ``REFRESH_S`` ago, and when it was read; waits for
-        a worker if none is live."""
-        known = self._catalogs.get(queue)
-        if known is None or time.monotonic() - known[1] > REFRESH_S:
-            self._read_catalog(queue)
-            known = self._catalogs[queue]
-        if known[0].workers or self.registry is not None:
-            return known
-        deadline = time.monotonic() + self.wait_for_workers
-        while time.monotonic() < deadline:
-            time.sleep(_WORKER_POLL_S)
-            if self._read_catalog(queue).workers:
-                return self._catalogs[queue]
-        raise NoWorkerError(queue, self.wait_for_workers)
-
-    def _read_catalog(self, queue: str | None = None) -> Catalog:
-        name = queue or self.queue.name
-        catalog = read_catalog(self.client, self.keys, name)
-        self._catalogs[name] = (catalog, time.monotonic())
-        return catalog
 
     def _claim(
         self,
@@ -493,7 +435,7 @@ class Executor:
         claimed = replies[: len(runnable)]
         if session is not None and runnable and not replies[-1]:
             # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
-            self._routes.pop(session, None)
+            self._routes.forget(session)
             for index in runnable:
                 call = calls[index]
                 answered[index] = ToolResult.failure(

@@ -55,6 +55,9 @@ class Settings:
     lock_lease_ms: int = 10_000
     lock_wait_timeout: float = 300.0
     result_ttl: int = 24 * 3600
+    # How long RQ keeps a finished job's own record (its hash and result stream). toolpool's
+    # result keys (result_ttl) are what callers read; RQ needs its records only minutes.
+    rq_record_ttl: int = 600
     full_output_ttl: int = 3600
     full_output_max_bytes: int = 16 * 1024 * 1024
     events_maxlen: int = 10_000

@@ -558,7 +558,7 @@ def test_a_worker_refuses_a_call_of_a_session_on_another_host(
         turn_id=new_turn_id(), index=0, session="pinned",
     )  # fmt: skip
     queue = named_queue(client, keys.host_queue_name(h1.queue, "h1"))
-    enqueue_call(queue, job, after=[], result_ttl=600)
+    enqueue_call(queue, job, after=[], result_ttl=600, failure_ttl=600)
     results = ResultStore(client, keys)
     wait_for(lambda: results.get("stray") is not None, "the h1 worker's answer")
 

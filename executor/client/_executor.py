@@ -280,7 +280,8 @@ class Executor:
         for batch_indexes in plan.batches:
             for index in batch_indexes:
                 job = CallJob(call=parsed[index], turn_id=turn_id, index=index, session=session)
-                enqueue_call(rq_queue, job, after=previous, result_ttl=self.settings.result_ttl)
+                enqueue_call(rq_queue, job, after=previous, result_ttl=self.settings.rq_record_ttl,
+                             failure_ttl=self.settings.result_ttl)  # fmt: skip
                 progress.enqueued += 1
             previous = [plan.job_ids[index] for index in batch_indexes]
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)

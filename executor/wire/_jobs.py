@@ -53,8 +53,13 @@ def enqueue_session_op(queue: Queue, payload: dict[str, object]) -> Job:
     )  # fmt: skip
 
 
-def enqueue_call(queue: Queue, job: CallJob, *, after: list[str], result_ttl: int) -> Job:
+def enqueue_call(
+    queue: Queue, job: CallJob, *, after: list[str], result_ttl: int, failure_ttl: int
+) -> Job:
     """Enqueue one call, to start once every job in ``after`` has ended (even if it failed).
+
+    ``result_ttl``: how long RQ keeps the record of a job that ended well (toolpool keeps the
+    call's result itself); ``failure_ttl``: of one that failed, for whoever looks into it.
 
     RQ's own job timeout is off (-1): the runner enforces each tool's limit, and SIGALRM
     would fire inside whatever the worker is doing, the lock's bookkeeping included.
@@ -67,7 +72,7 @@ def enqueue_call(queue: Queue, job: CallJob, *, after: list[str], result_ttl: in
         depends_on=depends_on,
         timeout=-1,
         result_ttl=result_ttl,
-        failure_ttl=result_ttl,
+        failure_ttl=failure_ttl,
         description=f"{job.call.name} ({job.call.id})",
     )
 

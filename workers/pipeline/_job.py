@@ -24,12 +24,15 @@ def install(runtime: WorkerRuntime) -> None:
 
 
 def execute(payload: dict[str, Any]) -> dict[str, Any]:
-    """Run one call (a ``CallJob`` as JSON) and return its ``ToolResult`` as JSON; or, for a
-    ``session_op`` payload, create or delete a session's folder on this host."""
+    """Run one call (a ``CallJob`` as JSON); or, for a ``session_op`` payload, create or delete
+    a session's folder on this host. Returns what RQ keeps as the job's result: for a call,
+    only its id and outcome, since the result itself is stored under toolpool's own key (RQ
+    would keep a second copy of every result, kilobytes each, for as long as its record)."""
     if _runtime is None or _admin is None:
         raise RuntimeError(
             "This process has no toolpool runtime: start workers with `toolpool worker`."
         )
     if "session_op" in payload:
         return _admin.handle(payload)
-    return _runtime.execute(payload)
+    result = _runtime.execute(payload)
+    return {key: result.get(key) for key in ("call_id", "status", "error_type")}

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import redis
+from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job
@@ -25,6 +27,9 @@ from executor.wire import ENTRY_POINT, EventLog, enqueue_ready
 from workers.pool._dequeue import ReliableQueue
 
 log = logging.getLogger(__name__)
+
+# The most often RQ's worker heartbeat is sent; its key lives for minutes.
+_HEARTBEAT_EVERY_S = 1.0
 
 # Fields of RQ's job hash that make a worker import or request something besides the job's
 # function. They are read raw, so checking them imports nothing.
@@ -64,7 +69,26 @@ class _RefusingMixin:
                                serializer=queue.serializer)
             for queue in queues
         ]  # fmt: skip
+        self._beat_at = 0.0
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        """RQ's worker heartbeat, at most once a second, its three commands in one round trip.
+
+        RQ sends it (HSET and two EXPIREs, one round trip each) before and after every dequeue
+        and after every job; the key it refreshes lives ``worker_ttl`` (minutes), and toolpool
+        keeps its own per-call liveness. Beats inside RQ's own pipelines pass through.
+        """
+        if pipeline is not None:
+            super().heartbeat(timeout, pipeline=pipeline)  # type: ignore[misc]
+            return
+        now = time.monotonic()
+        if timeout is None and now - self._beat_at < _HEARTBEAT_EVERY_S:
+            return
+        self._beat_at = now
+        with self.connection.pipeline(transaction=False) as pipe:
+            super().heartbeat(timeout, pipeline=pipe)  # type: ignore[misc]
+            pipe.execute()
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # RQ takes a started job off its queue's intermediate list only for a worker of one

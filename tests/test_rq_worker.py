@@ -1,0 +1,38 @@
+"""toolpool's RQ worker class: RQ's worker heartbeat, coalesced."""
+
+from __future__ import annotations
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from workers.pool._rq_worker import ToolpoolWorker
+
+
+def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
+    client: redis.Redis,
+) -> None:
+    queue = Queue("beats", connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-beat")
+    worker.register_birth()  # type: ignore[no-untyped-call]
+    client.hdel(worker.key, "last_heartbeat")
+    sent: list[int] = []
+    original = client.pipeline
+
+    def counting(*args: object, **kwargs: object) -> redis.client.Pipeline:
+        sent.append(1)
+        return original(*args, **kwargs)
+
+    client.pipeline = counting  # type: ignore[method-assign]
+    try:
+        worker.heartbeat()
+        first = client.hget(worker.key, "last_heartbeat")
+        worker.heartbeat()  # within the second: not sent
+        assert client.hget(worker.key, "last_heartbeat") == first
+        worker._beat_at -= 2.0  # a second later, as far as the worker knows
+        worker.heartbeat()
+    finally:
+        del client.pipeline
+    assert first is not None
+    assert len(sent) == 2
+    assert client.ttl(worker.key) > 0

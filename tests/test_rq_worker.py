@@ -1,11 +1,15 @@
-"""toolpool's RQ worker class: RQ's worker heartbeat, coalesced."""
+"""toolpool's RQ worker class: RQ's worker heartbeat coalesced, dependents released only
+where a turn has more batches."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from executor.wire import ENTRY_POINT
+from workers.pool import _rq_worker
 from workers.pool._rq_worker import ToolpoolWorker
 
 
@@ -36,3 +40,21 @@ def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
     assert first is not None
     assert len(sent) == 2
     assert client.ttl(worker.key) > 0
+
+
+def test_only_a_call_of_a_turns_last_batch_skips_the_release_of_dependents(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue("ready", connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-r")
+    released: list[str] = []
+    monkeypatch.setattr(_rq_worker, "enqueue_ready", lambda q: released.append(q.name))
+    monkeypatch.setattr(ToolpoolWorker, "_execute_or_refuse", lambda self, job, q: None)
+    for job_id, payload in [
+        ("last", {"call": {}, "last_batch": True}),
+        ("middle", {"call": {}, "last_batch": False}),
+        ("old-client", {"call": {}}),  # sent before the field existed: released, to be safe
+    ]:
+        job = queue.enqueue_call(func=ENTRY_POINT, args=(payload,), job_id=job_id)
+        worker.execute_job(job, queue)
+    assert released == ["ready", "ready"]

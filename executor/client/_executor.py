@@ -277,9 +277,11 @@ class Executor:
         progress.total = len(plan.job_ids)
         previous: list[str] = []
         rq_queue = self.queue if queue == self.queue.name else named_queue(self.client, queue)
+        last = plan.batches[-1] if plan.batches else []
         for batch_indexes in plan.batches:
             for index in batch_indexes:
-                job = CallJob(call=parsed[index], turn_id=turn_id, index=index, session=session)
+                job = CallJob(call=parsed[index], turn_id=turn_id, index=index, session=session,
+                              last_batch=batch_indexes is last)  # fmt: skip
                 enqueue_call(rq_queue, job, after=previous, result_ttl=self.settings.rq_record_ttl,
                              failure_ttl=self.settings.result_ttl)  # fmt: skip
                 progress.enqueued += 1

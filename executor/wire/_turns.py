@@ -57,6 +57,8 @@ class CallJob(BaseModel):
     #: The session the call runs in (its folder, lock scope and shell state); None: the
     #: worker's own workspace and scope.
     session: str | None = None
+    #: True when the call is in its turn's last batch: no call of the turn waits on it.
+    last_batch: bool = False
 
 
 class TurnPlan(BaseModel):

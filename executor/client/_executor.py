@@ -240,7 +240,8 @@ class Executor:
     def _submit(
         self, turn_id: str, parsed: list[ToolCall], progress: _Progress, session: str | None
     ) -> Turn:
-        stream_start = self._stream_position()
+        # Where this turn's events start, for the JSONL log only: no round trip without one.
+        stream_start = self._stream_position() if self._jsonl_handle is not None else "-"
         queue = self.queue.name
         if session is not None:
             routed, problem = self._routes.session_queue(session)

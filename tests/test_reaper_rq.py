@@ -405,6 +405,9 @@ def test_pool_requeues_a_job_a_live_worker_dequeued_and_never_started(
 
     assert done.status is ToolStatus.OK, done.content
     assert (found.status, found.content) == (ToolStatus.OK, "6*7 = 42")
+    # The sweep records the requeue after putting the job back, and the child may run the
+    # call and store its result before that (seen on a busy machine): wait for the record.
+    wait_for(lambda: bool(requeue_events(executor)), "the requeue to be recorded")
     (event,) = requeue_events(executor)
     assert (event.call_id, event.data["job_id"]) == ("stranded", stranded)
     assert "no worker started it within" in event.data["reason"]

@@ -149,6 +149,7 @@ def test_the_step_moves_a_call_into_its_session(store: SessionStore, tmp_path: P
         ("s1", "h1", False, True, "serves no sessions"),
         (None, "h1", True, False, "serves only sessions"),
         ("gone", "h1", True, True, "has no folder on host 'h1'"),
+        ("../s1", "h1", True, True, "Invalid session name '../s1'"),
     ],
 )
 def test_a_call_that_cannot_enter_is_answered_and_runs_nothing(

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import redis
 
+from executor import SessionError
 from executor.contract import ShellState, Workspace
-from executor.wire import ErrorType, SessionStore, ToolResult, session_scope
+from executor.wire import ErrorType, SessionStore, ToolResult, check_session_name, session_scope
 from workers.pipeline._chain import CallState, Proceed
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class EnterSession:
                 return proceed(state)
             return _refuse(state, "this worker serves only sessions (it was started with "
                            "--sessions-root and no --workspace); name a session")  # fmt: skip
+        try:
+            check_session_name(name)  # the client checks it too; a job may come from elsewhere
+        except SessionError as exc:
+            return _refuse(state, str(exc).rstrip("."))
         if self._root is None:
             return _refuse(
                 state, "this worker serves no sessions (it was started without "

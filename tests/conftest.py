@@ -15,6 +15,7 @@ import redis
 
 from executor import Settings, Tool, ToolCall, ToolRegistry, ToolResult
 from executor.contract import Workspace
+from tests.support.procs import MakeWorkers, Workers
 from workers._embedded_redis import RedisServer
 from workers.pipeline._runner import CallEnvironment, run_call
 
@@ -76,3 +77,17 @@ def client(redis_url: str) -> Iterator[redis.Redis]:
     connection = redis.Redis.from_url(redis_url)
     yield connection
     connection.close()
+
+
+@pytest.fixture
+def make_workers(tmp_path: Path) -> Iterator[MakeWorkers]:
+    """``make_workers(settings)``: a ``Workers`` group, every process stopped at the end."""
+    made: list[Workers] = []
+
+    def make(settings: Settings) -> Workers:
+        made.append(Workers(settings, tmp_path / f"workers-{len(made)}"))
+        return made[-1]
+
+    yield make
+    for group in made:
+        group.stop_all()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from executor.lock import RWLock
 from executor.wire import Keys
 from tests.support import dist_tools
 from tests.support.procs import (
-    Workers,
+    MakeWorkers,
     events,
     exclusive_overlaps,
     holds,
@@ -39,28 +38,12 @@ from tests.support.waiting import wait_for
 # A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
 
-MakeWorkers = Callable[[Settings], Workers]
-
 
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
     root = tmp_path / "ws"
     root.mkdir()
     return Settings(redis_url=redis_url, workspace=root, lock_lease_ms=3000)
-
-
-@pytest.fixture
-def make_workers(tmp_path: Path) -> Iterator[MakeWorkers]:
-    """``make_workers(settings)``: a ``Workers`` whose processes are all stopped at the end."""
-    made: list[Workers] = []
-
-    def make(settings: Settings) -> Workers:
-        made.append(Workers(settings, tmp_path / f"workers-{len(made)}"))
-        return made[-1]
-
-    yield make
-    for pool in made:
-        pool.stop_all()
 
 
 def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:

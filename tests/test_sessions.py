@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from executor.wire import (
     named_queue,
     new_turn_id,
 )
-from tests.support.procs import Workers, events, holds, named, wait_for_event
+from tests.support.procs import MakeWorkers, events, holds, named, wait_for_event
 from tests.support.sessions import (
     call,
     host_settings,
@@ -53,7 +53,6 @@ from tests.support.waiting import wait_for
 # A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
 
-MakeWorkers = Callable[[Settings], Workers]
 
 # What session B's files hold: no output of a call of session A may show it.
 SECRET = "B-SECRET-7f3a9c"
@@ -62,20 +61,6 @@ SECRET_PATTERN = r"B-SECRET-\w+"
 # A command that holds its session's exclusive lock until it is cancelled.
 HANG = "sleep 60"
 HANG_TIMEOUT = 120.0
-
-
-@pytest.fixture
-def make_workers(tmp_path: Path) -> Iterator[MakeWorkers]:
-    """``make_workers(settings)``: a ``Workers`` whose processes are all stopped at the end."""
-    made: list[Workers] = []
-
-    def make(settings: Settings) -> Workers:
-        made.append(Workers(settings, tmp_path / f"workers-{len(made)}"))
-        return made[-1]
-
-    yield make
-    for group in made:
-        group.stop_all()
 
 
 @pytest.fixture

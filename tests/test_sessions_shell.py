@@ -9,20 +9,20 @@ kept in ``test_sessions``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import redis
 
 from executor import Executor, Sessions, Settings, ToolStatus
-from tests.support.procs import Workers
+from tests.support.procs import MakeWorkers, Workers
 from tests.support.sessions import call, host_settings, stdout_lines, worker_of
 
 # A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
 
-MakeWorkers = Callable[[], Workers]
+NewWorkers = Callable[[], Workers]
 
 
 @pytest.fixture
@@ -31,17 +31,9 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def make_workers(settings: Settings, tmp_path: Path) -> Iterator[MakeWorkers]:
-    """``make_workers()``: a group of workers of host h1, all stopped at the end."""
-    made: list[Workers] = []
-
-    def make() -> Workers:
-        made.append(Workers(settings, tmp_path / f"workers-{len(made)}"))
-        return made[-1]
-
-    yield make
-    for group in made:
-        group.stop_all()
+def new_workers(settings: Settings, make_workers: MakeWorkers) -> NewWorkers:
+    """``new_workers()``: a group of workers of host h1, all stopped at the end."""
+    return lambda: make_workers(settings)
 
 
 def _folder(settings: Settings) -> Path:
@@ -51,9 +43,9 @@ def _folder(settings: Settings) -> Path:
 
 
 def test_cd_and_export_carry_over_to_a_call_on_another_worker(
-    settings: Settings, make_workers: MakeWorkers, client: redis.Redis
+    settings: Settings, new_workers: NewWorkers, client: redis.Redis
 ) -> None:
-    first_group = make_workers()
+    first_group = new_workers()
     [first] = first_group.start(1)
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
@@ -66,14 +58,14 @@ def test_cd_and_export_carry_over_to_a_call_on_another_worker(
 
         # The first worker is gone: only a new one can run the next call.
         first_group.stop_all()
-        [second] = make_workers().start(1)
+        [second] = new_workers().start(1)
         [went_on] = executor.run([call("c2", "bash", command='pwd; echo "X=$X"')], timeout=60)
     assert worker_of(client, "c2") == second.name
     assert stdout_lines(went_on) == [str(folder / "sub"), "X=1"]
 
 
-def test_unset_drops_a_kept_variable(make_workers: MakeWorkers, settings: Settings) -> None:
-    make_workers().start(2)
+def test_unset_drops_a_kept_variable(new_workers: NewWorkers, settings: Settings) -> None:
+    new_workers().start(2)
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
         with Executor(settings=settings, session="s") as executor:
@@ -92,9 +84,9 @@ def test_unset_drops_a_kept_variable(make_workers: MakeWorkers, settings: Settin
 
 
 def test_a_nonzero_exit_keeps_the_cd_and_exports_before_it(
-    make_workers: MakeWorkers, settings: Settings
+    new_workers: NewWorkers, settings: Settings
 ) -> None:
-    make_workers().start(2)
+    new_workers().start(2)
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
         folder = _folder(settings)
@@ -114,9 +106,9 @@ def test_a_nonzero_exit_keeps_the_cd_and_exports_before_it(
 
 
 def test_a_timed_out_command_keeps_the_state_before_it(
-    make_workers: MakeWorkers, settings: Settings
+    new_workers: NewWorkers, settings: Settings
 ) -> None:
-    make_workers().start(2)
+    new_workers().start(2)
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
         folder = _folder(settings)

@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import partial
@@ -173,6 +173,10 @@ class Workers:
     def _registered(self, client: redis.Redis, worker: WorkerProcess) -> bool:
         assert worker.alive(), worker.diagnosis()
         return bool(client.exists(f"rq:worker:{worker.name}"))
+
+
+#: ``make_workers(settings)`` (the fixture in ``tests/conftest.py``): a new ``Workers`` group.
+MakeWorkers = Callable[[Settings], "Workers"]
 
 
 @contextmanager

@@ -242,22 +242,16 @@ class Executor:
     ) -> Turn:
         # Where this turn's events start, for the JSONL log only: no round trip without one.
         stream_start = self._stream_position() if self._jsonl_handle is not None else "-"
-        queue = self.queue.name
+        queue, problem = self.queue.name, ""
         if session is not None:
             routed, problem = self._routes.session_queue(session)
-            if routed is None:
-                answered = {i: ToolResult.failure(c.id, c.name, ErrorType.UNKNOWN_SESSION,
-                                                  f"{c.name!r} did not run: {problem}.")
-                            for i, c in enumerate(parsed)}  # fmt: skip
-                plan = TurnPlan(turn_id=turn_id, call_ids=[c.id for c in parsed],
-                                tools=[c.name for c in parsed], batches=[], answered=answered,
-                                session=session, queue=queue)  # fmt: skip
-                self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
-                                ex=self.settings.result_ttl)  # fmt: skip
-                progress.plan_stored = True
-                return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
-            queue = routed
-        answered, runnable, tools = self._screen(turn_id, parsed, queue, session)
+            queue = routed or queue
+        tools: dict[str, ToolInfo] = {}
+        runnable: list[int] = []
+        if problem:  # a session that cannot be used: every call answered, none enqueued
+            answered = _unknown_session(parsed, range(len(parsed)), problem)
+        else:
+            answered, runnable, tools = self._screen(turn_id, parsed, queue, session)
         batches = partition([parsed[i] for i in runnable],
                             lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
         plan = TurnPlan(
@@ -440,13 +434,9 @@ class Executor:
         if session is not None and runnable and not replies[-1]:
             # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
             self._routes.forget(session)
-            for index in runnable:
-                call = calls[index]
-                answered[index] = ToolResult.failure(
-                    call.id, call.name, ErrorType.UNKNOWN_SESSION,
-                    f"{call.name!r} did not run: session {session!r} does not exist or is "
-                    "being deleted.",
-                )  # fmt: skip
+            answered.update(_unknown_session(
+                calls, runnable, f"session {session!r} does not exist or is being deleted"
+            ))  # fmt: skip
             return []
         kept = []
         for index, ok in zip(runnable, claimed, strict=True):
@@ -518,6 +508,17 @@ def _parse_calls(calls: Iterable[ToolCall | dict[str, Any]]) -> list[ToolCall]:
         except ValueError as exc:
             raise TurnError(f"Call {number} is not a tool call: {exc}") from None
     return parsed
+
+
+def _unknown_session(
+    calls: Sequence[ToolCall], indexes: Iterable[int], problem: str
+) -> dict[int, ToolResult]:
+    """``unknown_session`` answers for the calls at ``indexes``: none of them ran."""
+    return {
+        index: ToolResult.failure(calls[index].id, calls[index].name, ErrorType.UNKNOWN_SESSION,
+                                  f"{calls[index].name!r} did not run: {problem}.")
+        for index in indexes
+    }  # fmt: skip
 
 
 def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:

@@ -108,8 +108,9 @@ class Reaper:
         # First the processes: nothing the child started may run on once its lock is freed.
         dead.killed |= _sweep(dead.token)
         try:
-            self._release_leases(dead)
-            self._answer_call(dead)
+            job = self._current_job(dead)
+            self._release_leases(dead, job)
+            self._answer_call(dead, job)
             for queue in self._served_queues(dead.name):
                 self._end_started_jobs(dead, queue)
                 self._requeue_dequeued_jobs(dead, queue)
@@ -120,9 +121,8 @@ class Reaper:
             return False
         return True
 
-    def _release_leases(self, dead: DeadChild) -> None:
+    def _release_leases(self, dead: DeadChild, job: CallJob | None) -> None:
         # The pool's scope, and the session's if the child died in a session's call.
-        job = self._current_job(dead)
         locks = [self._lock]
         if job is not None and job.session is not None:
             locks.append(self._lock.for_scope(session_scope(job.session)))
@@ -154,9 +154,8 @@ class Reaper:
             log.warning("toolpool: unreadable current call of worker %s: %r", dead.name, raw)
             return None
 
-    def _answer_call(self, dead: DeadChild) -> None:
+    def _answer_call(self, dead: DeadChild, job: CallJob | None) -> None:
         key = self._keys.worker_current(dead.name)
-        job = self._current_job(dead)
         if job is None:
             self._client.delete(key)
             return

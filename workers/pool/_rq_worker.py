@@ -22,6 +22,8 @@ from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation
 from rq.job import Job
+from rq.utils import now as now_utc
+from rq.worker import WorkerStatus
 
 from executor.wire import ENTRY_POINT, EventLog, enqueue_ready
 from workers.pool._dequeue import ReliableQueue
@@ -30,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # The most often RQ's worker heartbeat is sent; its key lives for minutes.
 _HEARTBEAT_EVERY_S = 1.0
+# The most often a worker checks for ``rq suspend``: a suspension takes effect within this.
+_SUSPENSION_CHECK_S = 1.0
 
 # Fields of RQ's job hash that make a worker import or request something besides the job's
 # function. They are read raw, so checking them imports nothing.
@@ -37,8 +41,12 @@ _HOOK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callb
                 "webhooks")  # fmt: skip
 
 
-def refusal_reason(connection: redis.Redis, job: Job) -> str | None:
-    """Why ``job`` must not run, or None if it is a plain toolpool call."""
+def refusal_reason(job: Job) -> str | None:
+    """Why ``job`` must not run, or None if it is a plain toolpool call.
+
+    Read from the job as RQ fetched it: RQ runs only the callbacks and webhooks it parsed from
+    that fetch, so the fetched job is what must be checked (no second read of its hash).
+    """
     try:
         func_name = job.func_name
     except DeserializationError:
@@ -46,7 +54,8 @@ def refusal_reason(connection: redis.Redis, job: Job) -> str | None:
         return "the job's data is not JSON (toolpool jobs carry one JSON call payload)"
     if func_name != ENTRY_POINT:
         return f"function {func_name!r} is not toolpool's entry point {ENTRY_POINT!r}"
-    hooks = connection.hmget(job.key, list(_HOOK_FIELDS))
+    hooks = (job._success_callback_name, job._failure_callback_name,
+             job._stopped_callback_name, job.webhooks)  # fmt: skip
     present = [name for name, value in zip(_HOOK_FIELDS, hooks, strict=True) if value]
     if present:
         return f"the job carries {', '.join(present)}, which toolpool never runs"
@@ -70,6 +79,7 @@ class _RefusingMixin:
             for queue in queues
         ]  # fmt: skip
         self._beat_at = 0.0
+        self._suspension_checked_at = -_SUSPENSION_CHECK_S
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
@@ -89,6 +99,35 @@ class _RefusingMixin:
         with self.connection.pipeline(transaction=False) as pipe:
             super().heartbeat(timeout, pipeline=pipe)  # type: ignore[misc]
             pipe.execute()
+
+    def set_state(self, state: str, pipeline: Pipeline | None = None) -> None:
+        """RQ's worker state, written only when it changes (or inside RQ's own pipelines).
+
+        RQ writes "idle" twice a job, a round trip each: once when the job ends and again
+        before the next dequeue. The end of a job writes it in the job's last pipeline
+        (``cleanup_execution``), so neither needs a round trip of its own.
+        """
+        if pipeline is None and state == self.get_state():  # type: ignore[attr-defined]
+            return
+        super().set_state(state, pipeline=pipeline)  # type: ignore[misc]
+
+    def cleanup_execution(self, job: Job, pipeline: Pipeline, execution: Any = None) -> None:
+        super().cleanup_execution(job, pipeline, execution=execution)  # type: ignore[misc]
+        # The job's last pipeline (success or failure): the worker is idle again once it runs.
+        self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's ``rq suspend`` check, at most once a second instead of a round trip a job."""
+        now = time.monotonic()
+        if now - self._suspension_checked_at < _SUSPENSION_CHECK_S:
+            return
+        self._suspension_checked_at = now
+        super().check_for_suspension(burst)  # type: ignore[misc]
+
+    def handle_execution_ended(self, job: Job, queue: Queue, heartbeat_ttl: int) -> None:
+        """The job's end time. RQ also sends the job a heartbeat here (a round trip), to keep
+        its started entry alive while callbacks run; toolpool jobs carry no callbacks."""
+        job.ended_at = now_utc()
 
     def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
         # RQ takes a started job off its queue's intermediate list only for a worker of one
@@ -110,7 +149,7 @@ class _RefusingMixin:
                 enqueue_ready(queue)
 
     def _execute_or_refuse(self, job: Job, queue: Queue) -> Any:
-        reason = refusal_reason(self.connection, job)
+        reason = refusal_reason(job)
         if reason is None:
             return super().execute_job(job, queue)  # type: ignore[misc]
         log.warning("toolpool: refused job %s: %s", job.id, reason)

@@ -12,7 +12,7 @@ from redis.connection import AbstractConnection
 
 from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
 from executor.contract import Workspace
-from executor.wire import CallJob, Event, EventLog, Keys, ResultStore, read_events
+from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
 from workers.pipeline._chain import CallState
 from workers.pipeline._claim import Claim, skip_cancelled
 from workers.pipeline._store import Store
@@ -29,11 +29,12 @@ class _Events(EventLog):
         super().__init__(client, KEYS, worker="w1")
         self.duplicate = threading.Event()
 
-    def emit(self, event: str, **fields: Any) -> Event:
-        item = super().emit(event, **fields)
+    def emit(
+        self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
+    ) -> None:
+        super().emit(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
         if event == "call_duplicate":
             self.duplicate.set()
-        return item
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Emit: tool_result, after every event the call queued, is in the stream when the step returns."""
+"""Emit: tool_result is queued after every event the call queued, to go in with the result."""
 
 from __future__ import annotations
 
@@ -35,6 +35,8 @@ def test_the_result_is_recorded_after_the_queued_events(
 
     result = Emit(events)(_state(tmp_path), proceed)
     assert result.content == "boom"
+    assert read_events(client, KEYS) == []  # queued for the store's round trip
+    events.flush()
     stream = [event for _, event in read_events(client, KEYS)]
     assert [event.event for event in stream] == ["lock_released", "tool_result"]
     answered = stream[1]
@@ -49,6 +51,7 @@ def test_a_success_has_no_error_type(client: redis.Redis, tmp_path: Path) -> Non
     events = EventLog(client, KEYS)
     Emit(events)(_state(tmp_path), lambda state: ToolResult(
         call_id="c1", name="t", status=ToolStatus.OK, content="ok"))  # fmt: skip
+    events.flush()
     [(_, answered)] = read_events(client, KEYS)
     assert (answered.data["status"], answered.data["error_type"]) == ("ok", None)
 

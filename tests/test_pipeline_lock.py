@@ -31,7 +31,7 @@ from executor import (
 )
 from executor.contract import Workspace
 from executor.lock import EXCLUSIVE, SHARED, RWLock
-from executor.wire import CallJob, Event, EventLog, Keys, read_events
+from executor.wire import CallJob, EventLog, Keys, read_events
 from workers.pipeline._chain import CallState, Held
 from workers.pipeline._commit import CommitBusy
 from workers.pipeline._lock import LeaseGuard, lock
@@ -184,11 +184,12 @@ class _Events(EventLog):
         self.redis = client
         self.waiting = threading.Event()
 
-    def emit(self, event: str, **fields: Any) -> Event:
-        item = super().emit(event, **fields)
+    def emit(
+        self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
+    ) -> None:
+        super().emit(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
         if event == "lock_wait":
             self.waiting.set()
-        return item
 
 
 def _no_barrier(root: Path) -> None:

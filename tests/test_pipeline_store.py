@@ -39,6 +39,43 @@ def test_the_step_stores_the_answer_and_returns_it(client: redis.Redis, tmp_path
     assert client.lrange(KEYS.turn_done("t1"), 0, -1) == [b"c1"]
 
 
+def test_events_go_first_and_the_claim_is_let_go_in_the_same_round_trip(
+    client: redis.Redis, tmp_path: Path
+) -> None:
+    events = EventLog(client, KEYS, worker="w1")
+    store = Store(ResultStore(client, KEYS), events)
+    client.set("claim:current", "1")
+    client.set("claim:running", "1")
+    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
+                      settings=Settings(), job=JOB,
+                      claim_keys=("claim:current", "claim:running"))  # fmt: skip
+    sent: list[int] = []
+    real_execute = redis.client.Pipeline.execute
+
+    def counted(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
+        sent.append(len(pipe.command_stack))
+        return real_execute(pipe, raise_on_error)
+
+    def proceed(state: CallState) -> ToolResult:
+        events.defer("tool_result", call_id="c1")  # what the emit step leaves queued
+        return _result("ran")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.client.Pipeline, "execute", counted)
+        assert store(state, proceed).content == "ran"
+    assert sent == [3]  # the event, the result, the release: one round trip
+    assert state.claim_released
+    assert client.exists("claim:current", "claim:running") == 0
+    [(_, event)] = read_events(client, KEYS)
+    assert event.event == "tool_result"
+
+
+def test_a_redis_that_lost_its_scripts_still_gets_the_result(client: redis.Redis) -> None:
+    client.script_flush()
+    assert _store_of(client).publish(JOB, _result("ran")).content == "ran"
+    assert ResultStore(client, KEYS).get("c1") is not None
+
+
 def test_a_second_result_is_dropped_and_the_first_answers(client: redis.Redis) -> None:
     store = _store_of(client)
     store.publish(JOB, _result("first"))
@@ -48,15 +85,19 @@ def test_a_second_result_is_dropped_and_the_first_answers(client: redis.Redis) -
 
 
 class _Flaky(ResultStore):
-    """A store whose first publish meets a Redis that does not answer."""
+    """A store whose first two tries meet a Redis that does not answer."""
 
     def __init__(self, client: redis.Redis) -> None:
         super().__init__(client, KEYS)
         self.tries = 0
 
+    def publish_into(self, pipe: redis.client.Pipeline, turn_id: str, result: ToolResult) -> None:
+        self.tries += 1
+        raise redis.ConnectionError("Connection refused")
+
     def publish(self, turn_id: str, result: ToolResult) -> bool:
         self.tries += 1
-        if self.tries == 1:
+        if self.tries == 2:
             raise redis.ConnectionError("Connection refused")
         return super().publish(turn_id, result)
 
@@ -67,7 +108,7 @@ def test_redis_away_for_a_moment_is_ridden_out(
     monkeypatch.setattr(_store, "_RETRY_S", 0.0)
     flaky = _Flaky(client)
     assert _store_of(client, flaky).publish(JOB, _result("ran")).content == "ran"
-    assert flaky.tries == 2
+    assert flaky.tries == 3
     assert ResultStore(client, KEYS).get("c1") is not None
 
 

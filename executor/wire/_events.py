@@ -23,6 +23,7 @@ from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
+from redis.client import Pipeline
 
 from executor.wire._keys import Keys
 
@@ -73,43 +74,56 @@ class EventLog:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self._lock = threading.Lock()
-        self._pending: list[Event] = []
+        self._pending: list[str] = []
 
     def emit(
         self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
-    ) -> Event:
-        """Record one event now and return it."""
-        item = self.defer(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
+    ) -> None:
+        """Record one event now."""
+        self.defer(event, call_id=call_id, turn_id=turn_id, tool=tool, **data)
         self.flush()
-        return item
 
     def defer(
         self, event: str, *, call_id: str = "", turn_id: str = "", tool: str = "", **data: Any
-    ) -> Event:
-        """Queue one event for the next ``flush()`` (several events, one round trip)."""
-        item = Event(
-            event=event, call_id=call_id, turn_id=turn_id, tool=tool, worker=self.worker,
-            host=self.host, pid=self.pid, data=data,
+    ) -> None:
+        """Queue one event for the next ``flush()`` (several events, one round trip).
+
+        Written as JSON straight away, in ``Event``'s field order, without building a model:
+        a worker writes several events a call, and a model each cost more than the rest.
+        """
+        line = json.dumps(
+            {"event": event, "ts": time.time(), "call_id": call_id, "turn_id": turn_id,
+             "tool": tool, "worker": self.worker, "host": self.host, "pid": self.pid,
+             "data": data},
+            ensure_ascii=False, separators=(",", ":"), default=str,
         )  # fmt: skip
         with self._lock:
-            self._pending.append(item)
-        return item
+            self._pending.append(line)
 
     def flush(self) -> None:
         """Write the queued events, in order, to the stream."""
+        if self.client is None:
+            self.take()
+            return
+        try:
+            with self.client.pipeline(transaction=False) as pipe:
+                if self.flush_into(pipe):
+                    pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("toolpool: could not record event(s): %s", exc)
+
+    def flush_into(self, pipe: Pipeline) -> int:
+        """Queue the pending events' writes on ``pipe`` (its owner sends it); how many."""
+        lines = self.take()
+        for line in lines:
+            pipe.xadd(self.key, {_FIELD: line}, maxlen=self.maxlen, approximate=True)
+        return len(lines)
+
+    def take(self) -> list[str]:
+        """The pending events as JSON lines, taken off the queue."""
         with self._lock:
             pending, self._pending = self._pending, []
-        if not pending:
-            return
-        lines = [item.to_json_line() for item in pending]
-        if self.client is not None:
-            try:
-                with self.client.pipeline(transaction=False) as pipe:
-                    for line in lines:
-                        pipe.xadd(self.key, {_FIELD: line}, maxlen=self.maxlen, approximate=True)
-                    pipe.execute()
-            except redis.RedisError as exc:
-                log.warning("toolpool: could not record %d event(s): %s", len(lines), exc)
+        return pending
 
 
 def read_events(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 import redis
+from redis.client import Pipeline
 
 from executor._errors import ToolpoolError
 from executor.wire._keys import Keys
@@ -29,15 +30,32 @@ class ResultStore:
 
     def publish(self, turn_id: str, result: ToolResult) -> bool:
         """Store ``result`` unless the call has one; True if this one was stored."""
-        code = self._publish(
-            keys=[self.keys.result(result.call_id), self.keys.turn_done(turn_id)],
-            args=[result.model_dump_json(), result.call_id, self.ttl],
-        )
+        return self.stored(self._publish(keys=self._publish_keys(turn_id, result),
+                                         args=self._publish_args(result)))  # fmt: skip
+
+    def publish_into(self, pipe: Pipeline, turn_id: str, result: ToolResult) -> None:
+        """Queue the publish of ``result`` on ``pipe``; its reply goes to ``stored``.
+
+        By the script's hash, so the pipeline needs no look-up first: a reply of
+        ``NoScriptError`` (a Redis that lost its scripts) means publish it with ``publish``.
+        """
+        keys = self._publish_keys(turn_id, result)
+        pipe.evalsha(self._publish.sha, len(keys), *keys, *self._publish_args(result))
+
+    @staticmethod
+    def stored(code: object) -> bool:
+        """What a publish answered: True if this result was stored, False if one was first."""
         if code == _STORED:
             return True
         if code == _ALREADY_STORED:
             return False
         raise ToolpoolError(f"publish_result.lua answered an unknown code {code!r}")
+
+    def _publish_keys(self, turn_id: str, result: ToolResult) -> list[str]:
+        return [self.keys.result(result.call_id), self.keys.turn_done(turn_id)]
+
+    def _publish_args(self, result: ToolResult) -> list[str | int]:
+        return [result.model_dump_json(), result.call_id, self.ttl]
 
     def get(self, call_id: str) -> ToolResult | None:
         """The stored result of a call, if any."""

@@ -68,6 +68,10 @@ class CallState:
     #: worker's own scope, no shell state.
     scope: str | None = None
     shell: ShellState | None = None
+    #: The keys of the worker's claim on the call (set by the claim step); the store step
+    #: deletes them in the round trip that stores the result, and says so.
+    claim_keys: tuple[str, ...] = ()
+    claim_released: bool = False
     started: float = 0.0
     tool: Tool | None = None
     arguments: dict[str, Any] = field(default_factory=dict)

@@ -2,9 +2,11 @@
 
 The start of every job is one pipeline: is the call answered already, mark it this worker's
 current job, claim it (a liveness key only one delivery can set; ``workers.pipeline._heartbeat``
-renews it), and is its turn cancelled. A job delivered again after it was answered gets the
-stored result; one delivered while its first delivery still runs waits for that run's result;
-a call whose turn was cancelled before it started does not run (``skip_cancelled``).
+renews it), and is its turn cancelled. The store step lets the claim go in the round trip that
+stores the result (``CallState.claim_keys``); if it cannot, the claim does it here. A job
+delivered again after it was answered gets the stored result; one delivered while its first
+delivery still runs waits for that run's result; a call whose turn was cancelled before it
+started does not run (``skip_cancelled``).
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ class Claim:
                 return ToolResult.model_validate_json(existing)
             if cancel_flag:
                 state.cancelled.set()
+            state.claim_keys = (current_key, running_key)
             return proceed(state)
         finally:
-            with contextlib.suppress(redis.RedisError):
-                self._client.delete(current_key, running_key)
+            if not state.claim_released:  # let go with the result, unless that failed
+                with contextlib.suppress(redis.RedisError):
+                    self._client.delete(current_key, running_key)
 
     def _await_other_run(self, job: CallJob) -> ToolResult:
         """The result of the run another worker holds; ``worker_lost`` if that worker dies."""

@@ -1,9 +1,9 @@
-"""Emit: the call's ``tool_result`` event, in the stream before its result is stored.
+"""Emit: the call's ``tool_result`` event, queued to go in with its result.
 
-Events go before the result, so whoever reads the result finds the call's events too. The
-lock's events (``lock_wait``, ``lock_acquired``, ``tool_execution_started``, ``lock_released``,
-``lock_lost``) are emitted where they happen, by the lease guard; ``lock_released`` waits in
-the log's queue for this step's flush.
+The store step writes the queued events and then the result in one round trip, so whoever
+reads the result finds the call's events too. The lock's events (``lock_wait``,
+``lock_acquired``, ``tool_execution_started``, ``lock_released``, ``lock_lost``) are emitted
+where they happen, by the lease guard; ``lock_released`` waits in the queue with this one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _EVENT_ARGUMENT_CHARS = 2000
 
 
 class Emit:
-    """Step: record what the call answered, then flush every event the call queued."""
+    """Step: queue what the call answered, after every event the call queued."""
 
     def __init__(self, events: EventLog) -> None:
         self._events = events
@@ -33,7 +33,6 @@ class Emit:
             error_type=result.error_type.value if result.error_type else None,
             truncated=result.truncated,
         )  # fmt: skip
-        self._events.flush()
         return result
 
 

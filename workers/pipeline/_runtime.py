@@ -68,15 +68,18 @@ class WorkerRuntime:
         # The worker's steps, outermost first: each one's code before ``proceed`` runs in this
         # order, its code after it in reverse. So, in time: claim, validate, lock (the lease,
         # then the commit barrier), run (truncate, keep full output), lock loss restated, emit,
-        # the one rerun (lock loss), store, the claim let go. The payload is validated first.
+        # the one rerun (lock loss), store (with the events and the claim's release, one round
+        # trip). The payload is validated first.
         self.steps: tuple[Step, ...] = (
             # claim: one round trip; a second delivery waits; the claim is let go at the end
             Claim(self.client, self.keys, settings, self.events, store, worker_name=worker_name),
-            store,  # store: the answer, once (the first stored result wins)
+            # store: the queued events, the answer once (the first stored result wins), the
+            # claim let go: one round trip
+            store,
             lock_loss.rerun,  # lock loss: a read-only call that lost its lease runs once more
             # the claim's heartbeat: keep it alive and watch for cancel while a run runs
             Heartbeat(self.client, self.keys, settings, worker_name=worker_name),
-            Emit(self.events),  # emit: tool_result, in the stream before the result is stored
+            Emit(self.events),  # emit: tool_result, queued to go in before the result
             skip_cancelled,  # claim: a call whose turn was cancelled does not start
             # session: a session's call runs in its folder, lock scope and shell state
             EnterSession(

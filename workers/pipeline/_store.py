@@ -1,23 +1,34 @@
 """Store: the call's result, once; the first result stored for a call is its answer.
 
-A worker keeps trying while Redis does not answer (a result must not be lost to a blip), up to
-a patience; a result that comes second (another delivery stored one first) is dropped, with a
-``result_dropped`` event, and the stored one is the answer.
+The result goes in one round trip with what must land before or with it: the events the call
+queued (its ``tool_result`` among them, so whoever reads the result finds them) and, on a
+worker, the release of the call's claim. A worker keeps trying while Redis does not answer (a
+result must not be lost to a blip), up to a patience; a result that comes second (another
+delivery stored one first) is dropped, with a ``result_dropped`` event, and the stored one is
+the answer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import redis
 
 from executor.wire import CallJob, EventLog, ResultStore, ToolResult
 from workers.pipeline._chain import CallState, Proceed
 
+log = logging.getLogger(__name__)
+
 # How long a worker keeps trying to store a result while Redis does not answer.
 _PUBLISH_PATIENCE_S = 30.0
 # Pause between two tries.
 _RETRY_S = 0.5
+
+_T = TypeVar("_T")
 
 
 class Store:
@@ -28,19 +39,65 @@ class Store:
         self._events = events
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
-        return self.publish(state.the_job(), proceed(state))
+        result = proceed(state)
+        stored = self.publish(state.the_job(), result, release=state.claim_keys)
+        state.claim_released = True
+        return stored
 
-    def publish(self, job: CallJob, result: ToolResult) -> ToolResult:
-        """Store ``result`` unless the call has one; the call's stored result."""
+    def publish(
+        self, job: CallJob, result: ToolResult, *, release: Sequence[str] = ()
+    ) -> ToolResult:
+        """Store ``result`` unless the call has one; the call's stored result.
+
+        The queued events are written first and the ``release`` keys deleted after, in the
+        same round trip.
+        """
+        try:
+            first = self._publish_once(job, result, release)
+        except redis.RedisError as exc:
+            # Its events are dropped, as any event Redis does not take; the result is not.
+            log.warning("toolpool: storing the result of call %s failed once: %s",
+                        job.call.id, exc)  # fmt: skip
+            first = None
+        if first is None:
+            first = self._patiently(lambda: self._results.publish(job.turn_id, result))
+            with contextlib.suppress(redis.RedisError):  # else the claim's own expiry does it
+                if release:
+                    self._results.client.delete(*release)
+        if first:
+            return result
+        stored = self._patiently(lambda: self._results.get(job.call.id))
+        self._events.emit("result_dropped", call_id=job.call.id, turn_id=job.turn_id,
+                          tool=job.call.name)  # fmt: skip
+        return stored or result
+
+    def _publish_once(
+        self, job: CallJob, result: ToolResult, release: Sequence[str]
+    ) -> bool | None:
+        """One round trip: events, the result, the release; None if the script must be
+        loaded first (a Redis that restarted)."""
+        with self._results.client.pipeline(transaction=False) as pipe:
+            written = self._events.flush_into(pipe)
+            self._results.publish_into(pipe, job.turn_id, result)
+            if release:
+                pipe.delete(*release)
+            replies = pipe.execute(raise_on_error=False)
+        for reply in replies[:written]:
+            if isinstance(reply, Exception):
+                log.warning("toolpool: could not record an event: %s", reply)
+        code = replies[written]
+        if isinstance(code, redis.exceptions.NoScriptError):
+            return None
+        if isinstance(code, Exception):
+            raise code
+        return self._results.stored(code)
+
+    @staticmethod
+    def _patiently(attempt: Callable[[], _T]) -> _T:
         deadline = time.monotonic() + _PUBLISH_PATIENCE_S
         while True:
             try:
-                if self._results.publish(job.turn_id, result):
-                    return result
-                stored = self._results.get(job.call.id)
-                self._events.emit("result_dropped", call_id=job.call.id, turn_id=job.turn_id,
-                                  tool=job.call.name)  # fmt: skip
-                return stored or result
+                return attempt()
             except redis.RedisError:
                 if time.monotonic() > deadline:
                     raise

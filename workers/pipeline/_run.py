@@ -1,4 +1,7 @@
-"""Run: the tool in a thread of its own, within its time limit; nothing it does escapes.
+"""Run: the tool in a thread, within its time limit; nothing it does escapes.
+
+The threads are reused (``workers.pipeline._tool_threads``); a tool still running at its
+limit keeps its thread, and the next call gets another.
 
 The last step: it answers with the tool's output (or its error), truncated, the full output
 offered to the keeper when it is cut; or with a timeout when the tool does not return in time.
@@ -7,7 +10,6 @@ offered to the keeper when it is cut; or with a timeout when the tool does not r
 from __future__ import annotations
 
 import json
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -18,10 +20,13 @@ from executor import FenceError, ToolError
 from executor.contract import Tool, ToolContext
 from executor.wire import ErrorType, ToolResult
 from workers.pipeline._chain import CallState
+from workers.pipeline._tool_threads import ToolThreads
 from workers.pipeline._truncate import finish
 
 # Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
 CLEANUP_GRACE = 5.0
+
+_THREADS = ToolThreads()
 
 
 def time_limit(tool: Tool, arguments: dict[str, Any]) -> float:
@@ -50,17 +55,13 @@ def run(state: CallState) -> ToolResult:
         return finish(call, tool, state.settings, state.started, ErrorType.CANCELLED,
                       f"{tool.name!r} did not run: the call was cancelled.")  # fmt: skip
     outcome = _Outcome()
-    thread = threading.Thread(
-        target=_invoke, args=(tool, context, arguments, outcome), name=f"tool-{call.id}",
-        daemon=True,
-    )  # fmt: skip
-    thread.start()
-    thread.join(limit)
-    if thread.is_alive() and context.stop():
+    task = _THREADS.start(lambda: _invoke(tool, context, arguments, outcome))
+    done = task.wait(limit)
+    if not done and context.stop():
         # Its write landed just as the time ran out: the tool is only returning, and its
         # answer is the truth, where "stopped" would have the model redo a done write.
-        thread.join(CLEANUP_GRACE)
-    if thread.is_alive():
+        done = task.wait(CLEANUP_GRACE)
+    if not done:
         landed = " after its write was committed" if context.committed else ""
         return finish(
             call, tool, state.settings, state.started, ErrorType.TIMEOUT,

@@ -200,6 +200,8 @@ class _ShellRun:
     process: subprocess.Popen[bytes]
     streams: dict[int, _CappedStream]
     selector: selectors.BaseSelector
+    # Readable once the shell has exited (None: no pidfd here, so the exit is polled for).
+    pidfd: int | None = None
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -235,7 +237,10 @@ class _ShellRun:
             assert pipe is not None  # PIPE was asked for
             streams[pipe.fileno()] = _CappedStream(name, cap)
             selector.register(pipe.fileno(), selectors.EVENT_READ)
-        return cls(process, streams, selector)
+        pidfd = _open_pidfd(process.pid)
+        if pidfd is not None:
+            selector.register(pidfd, selectors.EVENT_READ)
+        return cls(process, streams, selector, pidfd)
 
     def finish(self, ctx: ToolContext, limit: float) -> str:
         """Wait for the command and render the report; raises ``ToolError`` on a timeout."""
@@ -286,16 +291,23 @@ class _ShellRun:
         for key in list(self.selector.get_map().values()):
             self.selector.unregister(key.fd)
         self.selector.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         for pipe in (self.process.stdout, self.process.stderr):
             if pipe is not None:
                 pipe.close()
 
     def _pump(self, wait: float, ctx: ToolContext | None = None) -> None:
-        """Read whatever the pipes have, waiting at most ``wait`` seconds for something."""
+        """Read whatever the pipes have, waiting at most ``wait`` seconds for something.
+
+        The shell's exit also ends the wait (through its pidfd), even while a background
+        process still holds the pipes open, so the caller sees the command end at once.
+        """
         if not self.selector.get_map():
-            # Both pipes are closed: the shell is exiting. Wake the moment it exits, not at
-            # the end of a fixed poll (that would add up to 50 ms to every command, under the
-            # lock); a cancel or the deadline is still seen within ``wait``.
+            # No pidfd (or it fired before Popen could reap) and both pipes are closed: the
+            # shell is exiting. Popen.wait polls with sleeps of up to 50 ms, short at first;
+            # a cancel or the deadline is still seen within ``wait``.
             if self.process.returncode is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.process.wait(timeout=max(wait, 0.0))
@@ -307,6 +319,12 @@ class _ShellRun:
                 time.sleep(max(wait, 0.0))
             return
         for key, _ in self.selector.select(max(wait, 0.0)):
+            if key.fd == self.pidfd:
+                # The shell has exited (a zombie until reaped). Popen reaps it, so it keeps
+                # its return code; the pidfd stays readable, so it leaves the selector.
+                self.selector.unregister(key.fd)
+                self.process.poll()
+                continue
             data = os.read(key.fd, _READ_CHUNK)
             if data:
                 self.streams[key.fd].feed(data)
@@ -341,7 +359,7 @@ class _ShellRun:
         """Read the pipes to EOF, but never wait long for a writer outside the group."""
         self.process.poll()
         end = time.monotonic() + _DRAIN_WAIT
-        while self.selector.get_map():
+        while self._pipes_open():
             remaining = end - time.monotonic()
             if remaining <= 0:
                 self.notes.append(
@@ -350,6 +368,9 @@ class _ShellRun:
                 )
                 return
             self._pump(remaining)
+
+    def _pipes_open(self) -> bool:
+        return any(fd in self.streams for fd in self.selector.get_map())
 
     def _report(self, first_line: str) -> str:
         parts = [first_line]
@@ -375,6 +396,19 @@ def _exit_line(returncode: int) -> str:
 
 def _strip_newline(text: str) -> str:
     return text[:-1] if text.endswith("\n") else text
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``, or None where there is none (not Linux, or a kernel before 5.3,
+    or a seccomp filter refusing it): then the loop polls for the exit every ``_POLL``."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except OSError:
+        return None
+    return fd
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

@@ -231,6 +231,28 @@ def test_a_call_id_used_by_an_earlier_turn_is_rejected(settings: Settings) -> No
     assert "already used by another turn" in again[0].content
 
 
+def test_a_reused_id_leaves_the_rest_of_its_turn_in_order_for_any_collector(
+    settings: Settings,
+) -> None:
+    # The plan goes in with the claims, before they are known to hold: a claim that failed
+    # rewrites it before anything is enqueued, so a collector elsewhere reads the rewrite.
+    with _executor(settings) as executor:
+        _run(executor, settings, [_call("taken", "write_file", path="a.txt", content="1")])
+        turn = executor.submit([
+            _call("n1", "write_file", path="b.txt", content="b"),
+            _call("taken", "write_file", path="a.txt", content="2"),
+            _call("n2", "read_file", path="b.txt"),
+        ])  # fmt: skip
+        assert executor.queue.count == 1  # the first batch: n1 alone
+    _drain(settings)
+    with _executor(settings) as elsewhere:
+        results = elsewhere.collect(turn.turn_id, timeout=10)
+    assert _statuses(results) == ["ok", "rejected", "ok"]
+    assert "already used by another turn" in results[1].content
+    assert results[2].content.endswith("b")
+    assert (settings.workspace / "a.txt").read_text() == "1"
+
+
 def test_reusing_a_pending_call_id_leaves_the_first_call_alone(settings: Settings) -> None:
     with _executor(settings) as executor:
         first = executor.submit([_call("once", "bash", command="echo first")])

@@ -60,18 +60,27 @@ class Collector:
     def close(self) -> None:
         self._blocking.close()
 
-    def wait(self, plan: TurnPlan, deadline: float, limit: float) -> dict[str, ToolResult]:
-        """The results of ``plan``'s enqueued calls, by call id; every one by ``deadline``."""
+    def wait(
+        self, plan: TurnPlan, deadline: float, limit: float, *, fresh: bool = False
+    ) -> dict[str, ToolResult]:
+        """The results of ``plan``'s enqueued calls, by call id; every one by ``deadline``.
+
+        ``fresh``: the turn was just submitted and its wake-up list never read, so wait on
+        that list before the first read of the results (no read that can only find nothing).
+        """
         waiting_for = plan.enqueued()
         results: dict[str, ToolResult] = {}
         watches = {call_id: _Watch() for call_id in waiting_for}
         next_check = time.monotonic() + LIVENESS_CHECK_S
         done_key = self._keys.turn_done(plan.turn_id)
         outage = Outage()
+        read = not fresh or not waiting_for
         while True:
             try:
-                pending = [c for c in waiting_for if c not in results]
-                results.update(self._results.get_many(pending))
+                if read or time.monotonic() >= deadline:
+                    pending = [c for c in waiting_for if c not in results]
+                    results.update(self._results.get_many(pending))
+                read = True
                 if len(results) == len(waiting_for):
                     return results
                 now = time.monotonic()

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue
 from rq.job import JobStatus
 
 from executor._errors import (
@@ -76,6 +79,8 @@ class Turn:
     calls: list[ToolCall]
     plan: TurnPlan
     stream_start: str = "-"
+    #: Not collected yet: its wake-up list holds every result stored so far.
+    fresh: bool = field(default=True, repr=False, compare=False)
 
 
 @dataclass
@@ -156,6 +161,7 @@ class Executor:
         self.sessions = SessionStore(self.client, self.keys)
         self._routes = Routes(self.client, self.keys, self.settings,
                               wait_for_workers=self.wait_for_workers)  # fmt: skip
+        self._queues: dict[str, Queue] = {}
         self._jsonl_handle: IO[str] | None = None
         if isinstance(self.jsonl, Path):
             self._jsonl_handle = self.jsonl.open("a", encoding="utf-8")
@@ -193,12 +199,14 @@ class Executor:
         turn = self.submit(calls, session=session)
         try:
             return self.collect(turn, timeout=timeout)
-        finally:
+        except BaseException:
+            # A collect that answered every call leaves nothing to cancel (no round trip).
             # After an outage that outlasted the collect, Redis may still be away: the
             # RedisUnavailable raised by collect is the answer, not this clean-up's error.
             with contextlib.suppress(RedisUnavailable, *UNREACHABLE):
                 if self._pending(turn):
                     self.cancel(turn)
+            raise
 
     def submit(
         self, calls: Iterable[ToolCall | dict[str, Any]], *, session: str | None = None
@@ -251,37 +259,62 @@ class Executor:
         if problem:  # a session that cannot be used: every call answered, none enqueued
             answered = _unknown_session(parsed, range(len(parsed)), problem)
         else:
-            answered, runnable, tools = self._screen(turn_id, parsed, queue, session)
-        batches = partition([parsed[i] for i in runnable],
-                            lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
-        plan = TurnPlan(
-            turn_id=turn_id,
-            call_ids=[c.id for c in parsed],
-            tools=[c.name for c in parsed],
-            # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
-            batches=[[runnable[i] for i in batch.indexes] for batch in batches],
-            job_ids={index: job_id(turn_id, index) for index in runnable},
-            answered=answered,
-            session=session,
-            queue=queue,
-        )
-        # Stored before the jobs exist, so a collector elsewhere can always read the plan.
-        self.client.set(self.keys.turn(turn_id), plan.model_dump_json(),
-                        ex=self.settings.result_ttl)  # fmt: skip
+            answered, runnable, tools = self._screen(turn_id, parsed, queue)
+        plan = _plan(turn_id, parsed, runnable, answered, tools, session, queue)
+        # One round trip: the calls' ids claimed and the plan stored (before the jobs exist,
+        # so a collector elsewhere can always read it). A claim that fails is rare: the plan
+        # is then stored again without that call, still before anything is enqueued.
+        kept = self._claim(turn_id, parsed, runnable, answered, session, plan)
         progress.plan_stored = True
+        if kept != runnable:
+            plan = _plan(turn_id, parsed, kept, answered, tools, session, queue)
+            self._store_plan(self.client, plan)
         progress.total = len(plan.job_ids)
-        previous: list[str] = []
-        rq_queue = self.queue if queue == self.queue.name else named_queue(self.client, queue)
-        last = plan.batches[-1] if plan.batches else []
-        for batch_indexes in plan.batches:
-            for index in batch_indexes:
-                job = CallJob(call=parsed[index], turn_id=turn_id, index=index, session=session,
-                              last_batch=batch_indexes is last)  # fmt: skip
-                enqueue_call(rq_queue, job, after=previous, result_ttl=self.settings.rq_record_ttl,
-                             failure_ttl=self.settings.result_ttl)  # fmt: skip
-                progress.enqueued += 1
-            previous = [plan.job_ids[index] for index in batch_indexes]
+        self._enqueue(plan, parsed, progress)
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
+
+    def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:
+        target.set(self.keys.turn(plan.turn_id), plan.model_dump_json(),
+                   ex=self.settings.result_ttl)  # fmt: skip
+
+    def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall], progress: _Progress) -> None:
+        """Enqueue the plan's batches, each after every job of the batch before it.
+
+        The first batch waits for nothing: its jobs go in one round trip. RQ enqueues a job
+        with parents in a transaction of its own, which reads the parents first.
+        """
+        queue = self._queue_named(plan.queue or self.queue.name)
+        previous: list[str] = []
+        last = plan.batches[-1] if plan.batches else []
+        for number, batch_indexes in enumerate(plan.batches):
+            jobs = [
+                CallJob(call=parsed[index], turn_id=plan.turn_id, index=index,
+                        session=plan.session, last_batch=batch_indexes is last)
+                for index in batch_indexes
+            ]  # fmt: skip
+            ttl, failure_ttl = self.settings.rq_record_ttl, self.settings.result_ttl
+            if number == 0:
+                with self.client.pipeline() as pipe:
+                    for job in jobs:
+                        enqueue_call(queue, job, after=[], pipeline=pipe, result_ttl=ttl,
+                                     failure_ttl=failure_ttl)  # fmt: skip
+                    pipe.execute()
+                progress.enqueued += len(jobs)
+            else:
+                for job in jobs:
+                    enqueue_call(queue, job, after=previous, result_ttl=ttl,
+                                 failure_ttl=failure_ttl)  # fmt: skip
+                    progress.enqueued += 1
+            previous = [plan.job_ids[index] for index in batch_indexes]
+
+    def _queue_named(self, name: str) -> Queue:
+        """The RQ queue ``name``, kept: a new one would ask Redis its version again."""
+        if name == self.queue.name:
+            return self.queue
+        found = self._queues.get(name)
+        if found is None:
+            found = self._queues[name] = named_queue(self.client, name)
+        return found
 
     def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
         """Wait for every result of ``turn`` (a ``Turn`` or its id); return them in order.
@@ -299,7 +332,10 @@ class Executor:
         else:
             with reaching(self.redis_url, f"while loading turn {turn}", turn):
                 plan = self._load_plan(turn)
-        results = self._collector.wait(plan, deadline, limit)
+        fresh = isinstance(turn, Turn) and turn.fresh
+        if isinstance(turn, Turn):
+            turn.fresh = False
+        results = self._collector.wait(plan, deadline, limit, fresh=fresh)
         if isinstance(turn, Turn):
             copying = f"while copying turn {plan.turn_id}'s events"
             with reaching(self.redis_url, copying, plan.turn_id):
@@ -363,7 +399,7 @@ class Executor:
     # -- inside ----------------------------------------------------------------------------
 
     def _screen(
-        self, turn_id: str, calls: Sequence[ToolCall], queue: str, session: str | None
+        self, turn_id: str, calls: Sequence[ToolCall], queue: str
     ) -> tuple[dict[int, ToolResult], list[int], dict[str, ToolInfo]]:
         """Check each call in order; return the answered ones, the runnable and their tools.
 
@@ -393,7 +429,7 @@ class Executor:
                 continue
             runnable.append(index)
             tools[call.id] = tool
-        return answered, self._claim(turn_id, calls, runnable, answered, session), tools
+        return answered, runnable, tools
 
     def _check(self, call: ToolCall, queue: str) -> ToolInfo | ToolResult:
         """The tool ``call`` names, or the result that answers a call that cannot run."""
@@ -417,8 +453,10 @@ class Executor:
         runnable: list[int],
         answered: dict[int, ToolResult],
         session: str | None,
+        plan: TurnPlan,
     ) -> list[int]:
-        """Claim the runnable calls' ids for this turn (one round trip); return those claimed.
+        """Claim the runnable calls' ids for this turn and store ``plan`` (one round trip);
+        return the calls claimed. A call whose id another turn holds is answered here.
 
         In a session, the calls are also listed as the session's: it cannot be deleted while
         they wait or run.
@@ -429,9 +467,10 @@ class Executor:
                          ex=self.settings.result_ttl)  # fmt: skip
             if session is not None and runnable:
                 self.sessions.add_calls(session, [calls[i].id for i in runnable], pipe=pipe)
+            self._store_plan(pipe, plan)
             replies = pipe.execute()
         claimed = replies[: len(runnable)]
-        if session is not None and runnable and not replies[-1]:
+        if session is not None and runnable and not replies[len(runnable)]:
             # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
             self._routes.forget(session)
             answered.update(_unknown_session(
@@ -493,6 +532,32 @@ class Executor:
             if item.turn_id == turn.turn_id:
                 self._jsonl_handle.write(item.to_json_line() + "\n")
         self._jsonl_handle.flush()
+
+
+def _plan(
+    turn_id: str,
+    parsed: list[ToolCall],
+    runnable: list[int],
+    answered: dict[int, ToolResult],
+    tools: dict[str, ToolInfo],
+    session: str | None,
+    queue: str,
+) -> TurnPlan:
+    """The turn's plan: its runnable calls in batches (consecutive concurrency-safe calls
+    together, every other call alone), the answers of the others, where its jobs go."""
+    batches = partition([parsed[i] for i in runnable],
+                        lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
+    return TurnPlan(
+        turn_id=turn_id,
+        call_ids=[c.id for c in parsed],
+        tools=[c.name for c in parsed],
+        # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
+        batches=[[runnable[i] for i in batch.indexes] for batch in batches],
+        job_ids={index: job_id(turn_id, index) for index in runnable},
+        answered=dict(answered),
+        session=session,
+        queue=queue,
+    )
 
 
 def _parse_calls(calls: Iterable[ToolCall | dict[str, Any]]) -> list[ToolCall]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 import redis
+from redis.client import Pipeline
 from rq import Queue
 from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.executions import Execution
@@ -54,7 +55,13 @@ def enqueue_session_op(queue: Queue, payload: dict[str, object]) -> Job:
 
 
 def enqueue_call(
-    queue: Queue, job: CallJob, *, after: list[str], result_ttl: int, failure_ttl: int
+    queue: Queue,
+    job: CallJob,
+    *,
+    after: list[str],
+    result_ttl: int,
+    failure_ttl: int,
+    pipeline: Pipeline | None = None,
 ) -> Job:
     """Enqueue one call, to start once every job in ``after`` has ended (even if it failed).
 
@@ -63,7 +70,12 @@ def enqueue_call(
 
     RQ's own job timeout is off (-1): the runner enforces each tool's limit, and SIGALRM
     would fire inside whatever the worker is doing, the lock's bookkeeping included.
+
+    ``pipeline``: queue the job's commands there (its owner sends them); only for a job that
+    waits for nothing, since RQ reads a job's parents before it enqueues the job.
     """
+    if pipeline is not None and after:
+        raise ValueError("a job with parents cannot be enqueued on a caller's pipeline")
     depends_on = Dependency(jobs=after, allow_failure=True) if after else None
     return queue.enqueue_call(
         func=ENTRY_POINT,
@@ -74,6 +86,7 @@ def enqueue_call(
         result_ttl=result_ttl,
         failure_ttl=failure_ttl,
         description=f"{job.call.name} ({job.call.id})",
+        pipeline=pipeline,
     )
 
 

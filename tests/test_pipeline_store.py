@@ -121,3 +121,15 @@ def test_redis_away_past_the_patience_fails_the_job(monkeypatch: pytest.MonkeyPa
     with pytest.raises(redis.ConnectionError):
         _store_of(away).publish(JOB, _result("ran"))
     away.close()
+
+
+def test_a_stored_result_leaves_out_its_defaults_and_reads_back_whole(
+    client: redis.Redis,
+) -> None:
+    result = _result("ran")
+    _store_of(client).publish(JOB, result)
+    raw = client.get(KEYS.result("c1"))
+    assert raw is not None
+    assert b"error_type" not in raw
+    assert b"truncated" not in raw
+    assert ResultStore(client, KEYS).get("c1") == result

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from executor import ErrorType, Settings, ToolCall, ToolStatus
 from executor.client import Executor
-from executor.wire import read_events
+from executor.wire import TurnPlan, job_id, read_events
 from workers import builtin_registry
 from workers.pool._process import run_worker
 
@@ -75,3 +75,15 @@ def test_events_carry_long_arguments_cut_and_the_call_keeps_them_whole(
     shown = event.data["arguments"]["content"]
     assert len(shown) < 2100
     assert "48000 characters, 1 line dropped" in shown
+
+
+def test_a_stored_plan_leaves_out_what_is_derived_and_reads_back_whole() -> None:
+    plan = TurnPlan(turn_id="t1", call_ids=["a", "b", "c"], tools=["x", "y", "z"],
+                    batches=[[0, 2]], queue="q")  # fmt: skip
+    stored = plan.stored_json()
+    for derived_or_default in ("job_ids", "answered", "session"):
+        assert derived_or_default not in stored
+    again = TurnPlan.model_validate_json(stored)
+    assert again == plan
+    assert again.job_ids == {0: job_id("t1", 0), 2: job_id("t1", 2)}
+    assert again.enqueued() == ["a", "c"]

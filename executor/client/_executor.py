@@ -50,7 +50,6 @@ from executor.wire import (
     call_queue,
     check_session_name,
     enqueue_call,
-    job_id,
     job_status,
     named_queue,
     new_turn_id,
@@ -274,7 +273,7 @@ class Executor:
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:
-        target.set(self.keys.turn(plan.turn_id), plan.model_dump_json(),
+        target.set(self.keys.turn(plan.turn_id), plan.stored_json(),
                    ex=self.settings.result_ttl)  # fmt: skip
 
     def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall], progress: _Progress) -> None:
@@ -553,7 +552,6 @@ def _plan(
         tools=[c.name for c in parsed],
         # partition() numbered the runnable calls 0..n-1; map back to the turn's indexes.
         batches=[[runnable[i] for i in batch.indexes] for batch in batches],
-        job_ids={index: job_id(turn_id, index) for index in runnable},
         answered=dict(answered),
         session=session,
         queue=queue,

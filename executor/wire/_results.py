@@ -55,7 +55,8 @@ class ResultStore:
         return [self.keys.result(result.call_id), self.keys.turn_done(turn_id)]
 
     def _publish_args(self, result: ToolResult) -> list[str | int]:
-        return [result.model_dump_json(), result.call_id, self.ttl]
+        # Fields at their defaults are left out: a trivial call's result is half the size.
+        return [result.model_dump_json(exclude_defaults=True), result.call_id, self.ttl]
 
     def get(self, call_id: str) -> ToolResult | None:
         """The stored result of a call, if any."""

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from executor.wire._models import ToolCall, ToolResult
 
@@ -64,7 +64,8 @@ class CallJob(BaseModel):
 class TurnPlan(BaseModel):
     """A submitted turn, stored so that any process can collect its results.
 
-    ``job_ids`` are the calls sent to the workers (their results are stored by call id);
+    ``job_ids`` are the calls sent to the workers (their results are stored by call id):
+    every call in ``batches``, so it is not stored but derived (``stored_json``);
     ``answered`` are the calls answered before that (invalid, unknown, rejected).
     """
 
@@ -80,6 +81,17 @@ class TurnPlan(BaseModel):
     #: The session the turn ran in, and the RQ queue its calls went to.
     session: str | None = None
     queue: str = ""
+
+    @model_validator(mode="after")
+    def _derive_job_ids(self) -> TurnPlan:
+        if not self.job_ids:
+            self.job_ids = {i: job_id(self.turn_id, i) for batch in self.batches for i in batch}
+        return self
+
+    def stored_json(self) -> str:
+        """The plan as stored in Redis: without what is derived or left at its default (a
+        turn of one call is a key of about 150 bytes, kept for the results' lifetime)."""
+        return self.model_dump_json(exclude={"job_ids"}, exclude_defaults=True)
 
     def enqueued(self) -> list[str]:
         """The call ids of the turn that went to the workers, in call order."""

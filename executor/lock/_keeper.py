@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import threading
 import time
@@ -58,6 +59,9 @@ class LeaseKeeper:
         self._reports: list[_LossReport] = []
         self._thread: threading.Thread | None = None
         self._closed = False
+        # When the thread wakes next by itself: a lease due later needs no wake-up call
+        # (a lock held a few milliseconds then costs no thread switch).
+        self._wake_at = math.inf
 
     @classmethod
     def shared(cls) -> LeaseKeeper:
@@ -86,7 +90,8 @@ class LeaseKeeper:
                 raise RuntimeError(f"LeaseKeeper {self.name!r} is closed")
             self._leases.add(lease)
             self._ensure_thread()
-            self._cond.notify_all()
+            if lease.next_renewal_at < self._wake_at:
+                self._cond.notify_all()
 
     def discard(self, lease: Lease) -> None:
         """Stop renewing ``lease`` (released or lost)."""
@@ -151,7 +156,9 @@ class LeaseKeeper:
             if not due and not reports:
                 times = [lease.next_renewal_at for lease in self._leases]
                 times += [r.next_try for r in self._reports]
-                self._cond.wait(min(times) - now if times else None)
+                self._wake_at = min(times, default=math.inf)
+                self._cond.wait(self._wake_at - now if times else None)
+                self._wake_at = -math.inf  # awake: whatever is added is seen by this pass
                 return True
         for lease in due:
             self._renew(lease)

@@ -253,6 +253,16 @@ def test_a_reused_id_leaves_the_rest_of_its_turn_in_order_for_any_collector(
     assert (settings.workspace / "a.txt").read_text() == "1"
 
 
+def test_small_and_large_results_both_reach_the_collector(settings: Settings) -> None:
+    # A small result rides on the turn's wake-up list; a large one (quotes double in JSON)
+    # wakes the collector by name and is read from its key.
+    calls = [_call("small", "echo", text="hi"), _call("large", "echo", text='"' * 2500)]
+    with _executor(settings) as executor:
+        results = _run(executor, settings, calls)
+        assert results == [executor.results.get("small"), executor.results.get("large")]
+    assert [r.content for r in results] == ["hi", '"' * 2500]
+
+
 def test_reusing_a_pending_call_id_leaves_the_first_call_alone(settings: Settings) -> None:
     with _executor(settings) as executor:
         first = executor.submit([_call("once", "bash", command="echo first")])

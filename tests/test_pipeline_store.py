@@ -36,7 +36,17 @@ def test_the_step_stores_the_answer_and_returns_it(client: redis.Redis, tmp_path
     result = _store_of(client)(state, lambda state: _result("ran"))
     assert result.content == "ran"
     assert ResultStore(client, KEYS).get("c1") == result
-    assert client.lrange(KEYS.turn_done("t1"), 0, -1) == [b"c1"]
+    # The wake-up carries the (small) result itself: the collector it wakes needs no read.
+    [wake] = client.lrange(KEYS.turn_done("t1"), 0, -1)
+    assert isinstance(wake, bytes)
+    assert ResultStore.woken([wake]) == ([result], False)
+
+
+def test_a_large_result_wakes_its_collector_by_name_only(client: redis.Redis) -> None:
+    _store_of(client).publish(JOB, _result("x" * 10_000))
+    [wake] = client.lrange(KEYS.turn_done("t1"), 0, -1)
+    assert wake == b"c1"
+    assert ResultStore.woken([wake]) == ([], True)
 
 
 def test_events_go_first_and_the_claim_is_let_go_in_the_same_round_trip(

@@ -34,6 +34,8 @@ from executor.wire import (
 
 # How often a waiting client looks for calls whose worker died.
 LIVENESS_CHECK_S = 1.0
+# Most wake-ups taken in one round trip after the first.
+_WAKE_TAKE = 1000
 
 
 @dataclass
@@ -94,9 +96,12 @@ class Collector:
                                   else self._queue)  # fmt: skip
                     next_check = time.monotonic() + LIVENESS_CHECK_S
                     continue
-                # The list is only a wake-up: the stored results are the truth.
+                # The wake-up list: a small result rides on it (no read after); a large one,
+                # or a wake-up another collector took, is read from its key.
                 wait = max(0.01, min(LIVENESS_CHECK_S, deadline - now, next_check - now))
-                self._blocking.blpop([done_key], timeout=wait)
+                rode, named = self._results.woken(self._wake(done_key, wait))
+                results.update((r.call_id, r) for r in rode if r.call_id in watches)
+                read = named or not rode
                 outage.over()
             except UNREACHABLE as exc:
                 # Ride out a restart or a short cut: the workers carry on and store their
@@ -111,6 +116,17 @@ class Collector:
                         plan.turn_id,
                     ) from None  # fmt: skip
                 time.sleep(max(0.0, min(outage.pause(), deadline - time.monotonic())))
+
+    def _wake(self, done_key: str, wait: float) -> list[bytes]:
+        """Wait up to ``wait`` s for the turn's wake-up list, then take all it holds (one
+        round trip)."""
+        with self._blocking.pipeline(transaction=False) as pipe:
+            pipe.blpop([done_key], timeout=wait)
+            pipe.lpop(done_key, _WAKE_TAKE)
+            first, rest = pipe.execute()
+        if first is None:
+            return []
+        return [first[1], *(rest or [])]
 
     def _find_lost(
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]

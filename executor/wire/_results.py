@@ -12,6 +12,9 @@ from executor.wire._keys import Keys
 from executor.wire._models import ToolResult
 
 _STORED, _ALREADY_STORED = 1, 0
+# A result up to this size rides on its turn's wake-up list, so the collector it wakes has it
+# without a read; a larger one is read from its key.
+WAKE_RESULT_MAX_CHARS = 4096
 
 
 def load_lua(name: str) -> str:
@@ -56,7 +59,22 @@ class ResultStore:
 
     def _publish_args(self, result: ToolResult) -> list[str | int]:
         # Fields at their defaults are left out: a trivial call's result is half the size.
-        return [result.model_dump_json(exclude_defaults=True), result.call_id, self.ttl]
+        stored = result.model_dump_json(exclude_defaults=True)
+        wake = stored if len(stored) <= WAKE_RESULT_MAX_CHARS else result.call_id
+        return [stored, wake, self.ttl]
+
+    @staticmethod
+    def woken(payloads: list[bytes]) -> tuple[list[ToolResult], bool]:
+        """What a turn's wake-up list gave: the results that rode on it, and whether some
+        wake-up only named its call (its result must be read from its key)."""
+        results: list[ToolResult] = []
+        named = False
+        for payload in payloads:
+            if payload.startswith(b"{"):
+                results.append(ToolResult.model_validate_json(payload))
+            else:
+                named = True
+        return results, named
 
     def get(self, call_id: str) -> ToolResult | None:
         """The stored result of a call, if any."""

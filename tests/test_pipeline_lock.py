@@ -31,11 +31,12 @@ from executor import (
 )
 from executor.contract import Workspace
 from executor.lock import EXCLUSIVE, SHARED, RWLock
-from executor.wire import CallJob, EventLog, Keys, read_events
+from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
 from workers.pipeline._chain import CallState, Held
 from workers.pipeline._commit import CommitBusy
 from workers.pipeline._lock import LeaseGuard, lock
 from workers.pipeline._lock_loss import LockLoss
+from workers.pipeline._store import Store
 
 
 @tool(concurrency_safe=True, read_only=True)
@@ -362,3 +363,94 @@ def test_a_shared_lease_lost_fails_its_fence_too(
         with pytest.raises(FenceError, match="The shared lock was lost"):
             held.check_fence()
         assert not held.committed
+
+
+# --- the release sent with the result ----------------------------------------------------------
+
+
+def _store(client: redis.Redis, events: _Events) -> Store:
+    return Store(ResultStore(client, Keys()), events)
+
+
+def test_under_a_store_step_the_release_goes_with_the_result(
+    tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis
+) -> None:
+    state = _state(tmp_path)
+    guard = _lease_guard(rwlock, events)
+    seen: list[int] = []
+
+    def run(state: CallState) -> ToolResult:
+        with guard.hold(state):
+            pass
+        # Left the guard: the lease is still held, its release waits for the store.
+        seen.append(len(rwlock.status().holders))
+        return _ok(state)
+
+    assert _store(client, events)(state, run).content == "ran"
+    assert seen == [1]
+    assert not rwlock.status().holders
+    names = _names(client)
+    assert names[-1] == "lock_released"
+    [(_, released)] = [item for item in read_events(client, Keys())
+                       if item[1].event == "lock_released"]  # fmt: skip
+    assert released.data["held"] is True
+    assert ResultStore(client, Keys()).get("c1") is not None
+
+
+def test_steps_that_raise_after_the_guard_still_release_the_lease(
+    tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis
+) -> None:
+    guard = _lease_guard(rwlock, events)
+
+    def run(state: CallState) -> ToolResult:
+        with guard.hold(state):
+            pass
+        raise RuntimeError("a step failed after the run")
+
+    with pytest.raises(RuntimeError, match="after the run"):
+        _store(client, events)(_state(tmp_path), run)
+    assert not rwlock.status().holders
+
+
+def test_a_store_that_cannot_reach_redis_releases_the_lease_alone(
+    tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    real_execute = redis.client.Pipeline.execute
+    failed: list[bool] = []
+
+    def cut_once(pipe: redis.client.Pipeline, raise_on_error: bool = True) -> list[object]:
+        if not failed:
+            failed.append(True)
+            pipe.reset()
+            raise redis.ConnectionError("cut")
+        return real_execute(pipe, raise_on_error)
+
+    guard = _lease_guard(rwlock, events)
+
+    def run(state: CallState) -> ToolResult:
+        with guard.hold(state):
+            pass
+        monkeypatch.setattr(redis.client.Pipeline, "execute", cut_once)
+        return _ok(state)
+
+    assert _store(client, events)(_state(tmp_path), run).content == "ran"
+    assert failed == [True]
+    assert not rwlock.status().holders
+    assert ResultStore(client, Keys()).get("c1") is not None
+
+
+def test_a_release_forced_first_is_reported_after_the_result(
+    tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis
+) -> None:
+    guard = _lease_guard(rwlock, events)
+
+    def run(state: CallState) -> ToolResult:
+        with guard.hold(state):
+            [holder] = rwlock.status().holders
+        rwlock.force_release(holder.token)
+        return _ok(state)
+
+    assert _store(client, events)(_state(tmp_path), run).content == "ran"
+    lost = [event for _, event in read_events(client, Keys()) if event.event == "lock_lost"]
+    assert [event.data["after_release"] for event in lost] == [True]

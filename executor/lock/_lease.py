@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 import redis
+from redis.client import Pipeline
 
 from executor._errors import FenceError
 from executor.lock._errors import LockUnavailable
@@ -186,6 +187,43 @@ class Lease:
                 f"The lease ends by itself within {self.lease_ms} ms."
             ) from exc
         return outcome is ReleaseOutcome.RELEASED
+
+    def release_again(self) -> bool:
+        """Send the release once more, for one queued by ``release_into`` that may not have
+        reached Redis (releasing twice is harmless); True if this one ended the hold."""
+        try:
+            outcome = self._scripts.release(self.token, "release")
+        except redis.RedisError as exc:
+            raise LockUnavailable(
+                f"Could not release lease {self.token} on lock scope {self.scope!r}: {exc}. "
+                f"The lease ends by itself within {self.lease_ms} ms."
+            ) from exc
+        return outcome is ReleaseOutcome.RELEASED
+
+    def release_into(self, pipe: Pipeline) -> Callable[[object], bool]:
+        """Queue the release on ``pipe``, to go with other commands in one round trip; return
+        what reads its reply (True if the lease was still held). A reply that is an error
+        (a Redis that lost its scripts, or did not answer) releases it here instead."""
+        with self._io, self._state:
+            if self._released:
+                return lambda _reply: False
+            self._released = True
+        self._keeper.discard(self)
+        self._scripts.release_into(pipe, self.token)
+
+        def outcome(reply: object) -> bool:
+            if isinstance(reply, BaseException):
+                try:
+                    reply = self._scripts.release(self.token, "release")
+                except redis.RedisError as exc:
+                    raise LockUnavailable(
+                        f"Could not release lease {self.token} on lock scope "
+                        f"{self.scope!r}: {exc}. The lease ends by itself within "
+                        f"{self.lease_ms} ms."
+                    ) from exc
+            return self._scripts.release_outcome(reply) is ReleaseOutcome.RELEASED
+
+        return outcome
 
     def __enter__(self) -> Lease:
         return self

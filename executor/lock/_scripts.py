@@ -16,6 +16,7 @@ from importlib import resources
 from typing import Any, Literal, TypeVar
 
 import redis
+from redis.client import Pipeline
 
 from executor.lock._errors import LockProtocolError
 from executor.lock._models import (
@@ -165,6 +166,19 @@ class LockScripts:
     def release(self, token: str, reason: ReleaseReason = "release") -> ReleaseOutcome:
         """End a hold ("release", "force" or "lost"); see release.lua."""
         reply = self._call("release", token, reason, self.keys.lost_prefix, LOST_MARK_MS)
+        return decode_outcome(ReleaseOutcome, "release", reply)
+
+    def release_into(self, pipe: Pipeline, token: str) -> None:
+        """Queue a plain release of ``token`` on ``pipe`` (its owner sends it, with other
+        commands, in one round trip); read its reply with ``release_outcome``. By the
+        script's hash: a ``NoScriptError`` reply means release it with ``release``."""
+        script = self._scripts["release"]
+        args = [*self._common, token, "release", self.keys.lost_prefix, LOST_MARK_MS]
+        pipe.evalsha(script.sha, len(self._keys), *self._keys, *args)
+
+    @staticmethod
+    def release_outcome(reply: Any) -> ReleaseOutcome:
+        """What a release queued by ``release_into`` did."""
         return decode_outcome(ReleaseOutcome, "release", reply)
 
     def cancel(self, token: str) -> CancelOutcome:

@@ -18,6 +18,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from redis.client import Pipeline
+
 from executor import Settings
 from executor.contract import ShellState, Tool, ToolRegistry, Workspace, no_fence
 from executor.wire import CallJob, ToolCall, ToolResult
@@ -40,6 +42,17 @@ class Held(Protocol):
 
 
 LockGuard = Callable[["CallState"], AbstractContextManager[Held]]
+
+
+@dataclass
+class Closing:
+    """What an inner step leaves for the store step to send with the result, in its one
+    round trip (the lease's release): ``queue`` puts one command on the pipeline and returns
+    what reads its reply; ``instead`` does the work alone when that round trip does not
+    happen (the steps raised, or storing failed)."""
+
+    queue: Callable[[Pipeline], Callable[[object], None]]
+    instead: Callable[[], None]
 
 
 @dataclass
@@ -72,6 +85,9 @@ class CallState:
     #: deletes them in the round trip that stores the result, and says so.
     claim_keys: tuple[str, ...] = ()
     claim_released: bool = False
+    #: Set (to a list) by the store step: what the steps inside leave for its round trip.
+    #: None: no store step follows, so nothing may be left.
+    closing: list[Closing] | None = None
     started: float = 0.0
     tool: Tool | None = None
     arguments: dict[str, Any] = field(default_factory=dict)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -17,11 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import redis
+from redis.client import Pipeline
 
 from executor import FenceError, Settings, ToolpoolError
 from executor.lock import EXCLUSIVE, SHARED, Lease, LockError, LockTimeout, OwnerInfo, RWLock
 from executor.wire import ErrorType, EventLog, ToolResult
-from workers.pipeline._chain import CallState, Held, Proceed
+from workers.pipeline._chain import CallState, Closing, Held, Proceed
 from workers.pipeline._emit import brief
 from workers.pipeline._lock_loss import LockLoss
 from workers.pipeline._truncate import finish
@@ -113,19 +115,62 @@ class LeaseGuard:
         try:
             yield _LeaseHeld(lease)
         finally:
-            released = False
             # Stamped before the release is sent: the event's ts comes after it, when the next
             # holder may already have the lock, so only this time bounds the hold from inside.
             released_at = time.time()
-            try:
-                released = lease.release()
-            except (redis.RedisError, LockError) as exc:
-                # The call has run: a release that fails must not turn its result into "did
-                # not run". The lease ends by itself when it expires.
-                log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+            released = False
+            if state.closing is not None and not lease.lost:
+                # Sent with the result, in the store step's one round trip. Not lost now means
+                # provably held now (the lease's local deadline), so the event can say so.
+                again = functools.partial(self._release_again, lease)
+                state.closing.append(Closing(queue=self._releasing(state, lease), instead=again))
+                released = True
+            else:
+                released = self._release(lease)
             self._events.defer("lock_released", call_id=call.id, turn_id=turn_id,
                                tool=tool.name, mode=mode, fence=lease.fence, held=released,
                                released_at=released_at)  # fmt: skip
+
+    def _release(self, lease: Lease) -> bool:
+        try:
+            return lease.release()
+        except (redis.RedisError, LockError) as exc:
+            # The call has run: a release that fails must not turn its result into "did
+            # not run". The lease ends by itself when it expires.
+            log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+            return False
+
+    def _release_again(self, lease: Lease) -> None:
+        if not lease.released:
+            self._release(lease)
+            return
+        try:
+            lease.release_again()
+        except (redis.RedisError, LockError) as exc:
+            log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+
+    def _releasing(
+        self, state: CallState, lease: Lease
+    ) -> Callable[[Pipeline], Callable[[object], None]]:
+        def queue(pipe: Pipeline) -> Callable[[object], None]:
+            read = lease.release_into(pipe)
+
+            def done(reply: object) -> None:
+                try:
+                    held = read(reply)
+                except (redis.RedisError, LockError) as exc:
+                    log.warning("toolpool: could not release lease %s: %s", lease.token, exc)
+                    return
+                if not held:  # an operator's forced release came first
+                    self._events.emit(
+                        "lock_lost", call_id=state.call.id, turn_id=state.turn_id,
+                        tool=state.call.name, reason="the release found the lease already "
+                        "ended (released by force)", after_release=True,
+                    )  # fmt: skip
+
+            return done
+
+        return queue
 
 
 class LockScopes:

@@ -19,7 +19,7 @@ from typing import TypeVar
 import redis
 
 from executor.wire import CallJob, EventLog, ResultStore, ToolResult
-from workers.pipeline._chain import CallState, Proceed
+from workers.pipeline._chain import CallState, Closing, Proceed
 
 log = logging.getLogger(__name__)
 
@@ -39,22 +39,34 @@ class Store:
         self._events = events
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
-        result = proceed(state)
-        stored = self.publish(state.the_job(), result, release=state.claim_keys)
+        state.closing = []
+        try:
+            result = proceed(state)
+        except BaseException:
+            _do_instead(state.closing)
+            raise
+        stored = self.publish(state.the_job(), result, release=state.claim_keys,
+                              closing=state.closing)  # fmt: skip
         state.claim_released = True
         return stored
 
     def publish(
-        self, job: CallJob, result: ToolResult, *, release: Sequence[str] = ()
+        self,
+        job: CallJob,
+        result: ToolResult,
+        *,
+        release: Sequence[str] = (),
+        closing: Sequence[Closing] = (),
     ) -> ToolResult:
         """Store ``result`` unless the call has one; the call's stored result.
 
-        The queued events are written first and the ``release`` keys deleted after, in the
-        same round trip.
+        In one round trip: what the steps left (``closing``: the lease's release), the queued
+        events, the result, and the ``release`` keys deleted after.
         """
         try:
-            first = self._publish_once(job, result, release)
+            first = self._publish_once(job, result, release, closing)
         except redis.RedisError as exc:
+            _do_instead(closing)
             # Its events are dropped, as any event Redis does not take; the result is not.
             log.warning("toolpool: storing the result of call %s failed once: %s",
                         job.call.id, exc)  # fmt: skip
@@ -72,17 +84,24 @@ class Store:
         return stored or result
 
     def _publish_once(
-        self, job: CallJob, result: ToolResult, release: Sequence[str]
+        self,
+        job: CallJob,
+        result: ToolResult,
+        release: Sequence[str],
+        closing: Sequence[Closing],
     ) -> bool | None:
-        """One round trip: events, the result, the release; None if the script must be
-        loaded first (a Redis that restarted)."""
+        """One round trip: what the steps left, events, the result, the claim's release; None
+        if the publish script must be loaded first (a Redis that restarted)."""
         with self._results.client.pipeline(transaction=False) as pipe:
-            written = self._events.flush_into(pipe)
+            readers = [item.queue(pipe) for item in closing]
+            written = len(readers) + self._events.flush_into(pipe)
             self._results.publish_into(pipe, job.turn_id, result)
             if release:
                 pipe.delete(*release)
             replies = pipe.execute(raise_on_error=False)
-        for reply in replies[:written]:
+        for read, reply in zip(readers, replies, strict=False):
+            read(reply)
+        for reply in replies[len(readers) : written]:
             if isinstance(reply, Exception):
                 log.warning("toolpool: could not record an event: %s", reply)
         code = replies[written]
@@ -102,3 +121,12 @@ class Store:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(_RETRY_S)
+
+
+def _do_instead(closing: Sequence[Closing]) -> None:
+    """What the steps left, done alone: their round trip with the result did not happen."""
+    for item in closing:
+        try:
+            item.instead()
+        except Exception:  # one failing must not keep the others undone
+            log.exception("toolpool: closing work of a call failed")

@@ -1,6 +1,6 @@
-"""Compare toolpool's grep tool with GNU ``grep -rniE`` on a real source tree.
+"""Compare toolpool's grep tool with ripgrep and GNU ``grep -rniE`` on a real source tree.
 
-    .venv/bin/python scripts/bench_grep.py [TREE] [--runs N]
+    .venv/bin/python scripts/bench_grep.py [TREE] [--runs N] [--repeat R]
 
 TREE defaults to this venv's site-packages. What it measures and how:
 ``tests/support/bench/grep.py``.

@@ -152,7 +152,7 @@ class _FileSearch:
             if in_line is not None:
                 line_number += text.count("\n", counted_to, start)
                 counted_to = start
-                line = _cut_line(text[start:end].rstrip(), in_line.start() - start)
+                line = cut_line(text[start:end].rstrip(), in_line.start() - start)
                 found.matches.append(f"{shown}:{line_number}: {line}")
                 if found.full:
                     return
@@ -193,7 +193,7 @@ class _FileSearch:
             self.found.large_files.append(shown)
 
 
-def _cut_line(line: str, match_at: int) -> str:
+def cut_line(line: str, match_at: int) -> str:
     """The line, or a window of it around the match when it is too long to show whole."""
     if len(line) <= GREP_MAX_LINE_CHARS:
         return line

@@ -10,6 +10,11 @@ folder, so a project's virtual environment or build output costs nothing. grep a
 hidden files and folders, as ripgrep does; glob matches a hidden name only when the pattern
 spells out its dot. What is named explicitly is searched all the same: grep's ``path`` when it
 is (or is inside) a hidden or ignored folder, and a name a glob pattern spells out in full.
+
+grep runs on ripgrep (``_ripgrep``), whose regex engine takes linear time, so no pattern can
+pin a CPU; a pattern it cannot run (a lookaround, a backreference: see ``_ripgrep_regex``),
+or a machine without the ``rg`` binary, runs on Python's ``re`` in a helper process that is
+stopped at the call's time limit (``_grep_proc``). glob walks with ``_walk``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ from workers.tools._grep_search import (
     binary_name,
     compile_pattern,
 )
+from workers.tools._ripgrep import RegexRejected, RgOverBudget, search_file, search_tree
+from workers.tools._ripgrep_bin import find_rg
+from workers.tools._ripgrep_regex import rust_regex
 from workers.tools._walk import Skipped, ignores_at, join_relative, walk_files
 
 __all__ = [
@@ -133,7 +141,8 @@ def grep(
         str,
         Field(
             description="Python regular expression, matched case-insensitively within each "
-            'line, e.g. "def \\w+_handler" or "TODO|FIXME".'
+            'line, e.g. "def \\w+_handler" or "TODO|FIXME". Lookarounds and backreferences '
+            "work but are slower."
         ),
     ],
     path: Annotated[
@@ -147,7 +156,10 @@ def grep(
     starting with ".") and what .gitignore/.ignore files exclude, unless path names them
     (path=".venv" searches all of .venv); also skips node_modules and dist, binary files and
     files over 10 MB, and does not follow symbolic links. At most 50 matching lines are
-    returned; ^ and $ anchor at line starts and ends.
+    returned; ^ and $ anchor at line starts and ends. Runs on ripgrep's linear-time engine;
+    a pattern with a lookaround ((?=, (?!, (?<=, (?<!), a backreference (\\1, (?P=name)), an
+    atomic group or possessive repeat, \\A, \\Z or (?a) runs on Python's re instead, which
+    is slower and stops at the time limit.
     """
     _check_pattern(pattern)
     base = _existing(ctx, path)
@@ -160,9 +172,7 @@ def grep(
     # The search must answer before the runner's limit, which would abandon it unanswered.
     budget = max(min(GREP_TIMEOUT, ctx.remaining()) - GREP_ANSWER_MARGIN_S, 0.1)
     try:
-        found = run_search(pattern, str(base), shown, is_dir=is_dir,
-                           root=str(ctx.workspace.root), budget=budget,
-                           cancelled=ctx.cancelled)  # fmt: skip
+        found = _search(pattern, base, shown, ctx, is_dir=is_dir, budget=budget)
     except SearchOverBudget as exc:
         raise ToolError(_over_budget_message(pattern, exc)) from None
     except SearchCancelled:
@@ -177,6 +187,25 @@ def grep(
             "skips files that large. Read parts of it with read_file instead."
         )
     return _report(found, pattern, shown)
+
+
+def _search(
+    pattern: str, base: Path, shown: str, ctx: ToolContext, *, is_dir: bool, budget: float
+) -> Findings:
+    """The findings, on rg where it can run the pattern, else on Python's ``re``."""
+    rg, regex = find_rg(), rust_regex(pattern)
+    if rg is not None and regex is not None:
+        try:
+            if not is_dir:
+                return search_file(rg, regex, str(base), shown, budget=budget,
+                                   cancelled=ctx.cancelled)  # fmt: skip
+            return search_tree(rg, regex, str(base), shown, root=str(ctx.workspace.root),
+                               budget=budget, cancelled=ctx.cancelled)  # fmt: skip
+        except RegexRejected:
+            # Too large for rg's engine (a{1,100000}, say): Python's compiles it.
+            budget = max(min(budget, ctx.remaining() - GREP_ANSWER_MARGIN_S), 0.1)
+    return run_search(pattern, str(base), shown, is_dir=is_dir, root=str(ctx.workspace.root),
+                      budget=budget, cancelled=ctx.cancelled)  # fmt: skip
 
 
 def _check_pattern(pattern: str) -> None:
@@ -204,7 +233,8 @@ def _over_budget_message(pattern: str, exc: SearchOverBudget) -> str:
         f'grep stopped: the regular expression "{_cut(pattern)}" took longer than '
         f"{exc.seconds:.1f} s{where}."
     )
-    if _NESTED_QUANTIFIER.search(pattern):
+    # rg's engine takes linear time: only Python's backtracks on nested repeats.
+    if not isinstance(exc, RgOverBudget) and _NESTED_QUANTIFIER.search(pattern):
         return message + (
             " It repeats a group that itself contains a repetition, such as (a+)+ or (\\w*)*, "
             "which can take exponential time on a long line. Remove the nesting (a+ instead "

@@ -1,37 +1,38 @@
-"""Compare toolpool's grep tool with GNU ``grep -rniE`` on a real source tree.
+"""Compare toolpool's grep tool with ripgrep and GNU ``grep -rniE`` on a real source tree.
 
-Usage: ``python scripts/bench_grep.py [TREE] [--runs N]``; TREE defaults to this venv's
-site-packages. For each pattern it prints the number of matching lines our tool returned, the
-median wall time of our tool (through the real runner) and of grep, and their ratio.
+Usage: ``python scripts/bench_grep.py [TREE] [--runs N] [--repeat R]``; TREE defaults to this
+venv's site-packages. For each pattern it prints the number of matching lines our tool
+returned and the wall time of our tool (through the real runner), of ``rg`` run directly and
+of GNU grep, each the median of N runs, as min / median / max over R rounds, and the ratios
+of the medians. Then one catastrophic pattern, ``(a+)+$`` on a line of 100,000 a's and a b,
+through the tool, timed once per round.
 
-grep is told the same skips as the tool (node_modules, .git, dist; binary files) and, for a
-pattern whose matches the tool caps at 50, is stopped after 50 lines by ``head`` so both do
-comparable work. Both run warm: one untimed run first fills the page cache.
+rg and grep are told the same skips as the tool (node_modules, .git, dist; binary files) and,
+for a pattern whose matches the tool caps at 50, are stopped after 50 lines by ``head`` so
+that all do comparable work. All run warm: one untimed run first fills the page cache.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import site
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from executor import (
-    Settings,
-    ToolCall,
-    ToolRegistry,
-    TruncationPolicy,
-    truncate,
-)
+from executor import Settings, ToolCall, ToolRegistry, TruncationPolicy, truncate
 from executor.contract import Workspace
 from executor.wire import ToolStatus
 from workers.pipeline._runner import CallEnvironment, run_call
-from workers.tools.search import GREP_MAX_MATCHES, grep
+from workers.tools._ripgrep_bin import find_rg
+from workers.tools.search import GREP_MAX_MATCHES, GREP_SKIPPED_DIRS, grep
 
 
 @dataclass(frozen=True)
@@ -48,62 +49,127 @@ CASES = (
     Case("medium, classes", r"class \w+Error\("),
     Case("rare (whole tree)", r"zq_never_occurs_[0-9]+"),
     Case("rare, alternation", r"frobnicate|xyzzy_quux"),
-    # No literal a match must contain: the prefilter cannot help, the regex reads every file.
+    # No literal a match must contain: no engine can skip a file without running the regex.
     Case("rare, no literal", r"[qz]{3}[0-9]{2}"),
 )
+CATASTROPHIC = r"(a+)+$"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("tree", nargs="?", default=site.getsitepackages()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="timed runs per figure (median)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (min / median / max)")
     args = parser.parse_args()
     tree = Path(args.tree).resolve()
-    if shutil.which("grep") is None:
-        print("GNU grep is not on PATH; nothing to compare with.", file=sys.stderr)
+    rg = find_rg()
+    if shutil.which("grep") is None or rg is None:
+        print("GNU grep or rg is missing; nothing to compare with.", file=sys.stderr)
         return 1
     files = sum(1 for path in tree.rglob("*") if path.is_file())
     size = sum(path.stat().st_size for path in tree.rglob("*") if path.is_file())
-    print(f"tree: {tree} ({files} files, {size / 1e6:.0f} MB), median of {args.runs} runs\n")
-    header = f"{'case':<20} {'pattern':<24} {'matches':>7} {'toolpool ms':>12} {'grep ms':>9}"
-    print(header + f" {'ratio':>6}")
-    print("-" * (len(header) + 7))
+    print(f"tree: {tree} ({files} files, {size / 1e6:.0f} MB); each figure the median of "
+          f"{args.runs} runs, as min / median / max of {args.repeat} rounds; "
+          f"load {_load()}\n")  # fmt: skip
+    ours: dict[str, list[float]] = {case.pattern: [] for case in CASES}
+    theirs_rg: dict[str, list[float]] = {case.pattern: [] for case in CASES}
+    theirs_grep: dict[str, list[float]] = {case.pattern: [] for case in CASES}
+    matches: dict[str, int] = {}
+    catastrophic: list[float] = []
+    for _ in range(args.repeat):
+        for case in CASES:
+            found, took = _time_tool(tree, case.pattern, args.runs)
+            matches[case.pattern] = found
+            ours[case.pattern].append(took)
+            capped = found >= GREP_MAX_MATCHES
+            theirs_rg[case.pattern].append(
+                _time_shell(_rg_command(rg, tree, case.pattern), args.runs, capped)
+            )
+            theirs_grep[case.pattern].append(
+                _time_shell(_grep_command(tree, case.pattern), args.runs, capped)
+            )
+        catastrophic.append(_time_catastrophic())
+    header = (f"{'case':<19} {'pattern':<23} {'matches':>7} {'toolpool ms':>17} "
+              f"{'rg ms':>17} {'grep ms':>17} {'/rg':>5} {'/grep':>5}")  # fmt: skip
+    print(header)
+    print("-" * len(header))
     for case in CASES:
-        matches, ours = _time_tool(tree, case.pattern, args.runs)
-        theirs = _time_grep(tree, case.pattern, args.runs, capped=matches >= GREP_MAX_MATCHES)
+        mine, rgs, greps = ours[case.pattern], theirs_rg[case.pattern], theirs_grep[case.pattern]
         print(
-            f"{case.label:<20} {case.pattern:<24} {matches:>7} {ours:>12.1f} {theirs:>9.1f} "
-            f"{ours / theirs:>6.2f}"
+            f"{case.label:<19} {case.pattern:<23} {matches[case.pattern]:>7} "
+            f"{_spread(mine):>17} {_spread(rgs):>17} {_spread(greps):>17} "
+            f"{statistics.median(mine) / statistics.median(rgs):>5.2f} "
+            f"{statistics.median(mine) / statistics.median(greps):>5.2f}"
         )
+    print(f"\n{CATASTROPHIC} on a 100,000-character line, through the tool: "
+          f"{_spread(catastrophic)} ms")  # fmt: skip
+    print(f"\nrg:   {_rg_command(rg, tree, '<pattern>')}\ngrep: {_grep_command(tree, '<pattern>')}")
     return 0
 
 
-def _time_tool(tree: Path, pattern: str, runs: int) -> tuple[int, float]:
+def _load() -> str:
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _spread(values: list[float]) -> str:
+    ordered = sorted(values)
+    return f"{ordered[0]:.0f}/{statistics.median(ordered):.0f}/{ordered[-1]:.0f}"
+
+
+def _tool_call(tree: Path, pattern: str, path: str = ".") -> Callable[[], tuple[bool, str]]:
     # A generous result limit, so that the cost measured is the search and not truncation.
     settings = Settings(truncation=TruncationPolicy(default_max_chars=10**6, global_cap=10**6))
     env = CallEnvironment(workspace=Workspace(tree), settings=settings)
     registry = ToolRegistry([grep])
-    call = ToolCall(name="grep", arguments={"pattern": pattern, "path": "."})
-    result = run_call(call, registry, env)  # warm-up, and the match count
-    if result.status is not ToolStatus.OK:
-        raise SystemExit(f"grep tool failed on {pattern!r}: {truncate(result.content, 300).text}")
-    matches = sum(1 for line in result.content.splitlines() if not line.startswith(("...", "(")))
-    if result.content.startswith("No matches"):
+    call = ToolCall(name="grep", arguments={"pattern": pattern, "path": path})
+
+    def run() -> tuple[bool, str]:
+        result = run_call(call, registry, env)
+        return result.status is ToolStatus.OK, result.content
+
+    return run
+
+
+def _time_tool(tree: Path, pattern: str, runs: int) -> tuple[int, float]:
+    run = _tool_call(tree, pattern)
+    good, content = run()  # warm-up, and the match count
+    if not good:
+        raise SystemExit(f"grep tool failed on {pattern!r}: {truncate(content, 300).text}")
+    matches = sum(1 for line in content.splitlines() if not line.startswith(("...", "(")))
+    if content.startswith("No matches"):
         matches = 0
     times = []
     for _ in range(runs):
         started = time.perf_counter()
-        run_call(call, registry, env)
+        run()
         times.append((time.perf_counter() - started) * 1000)
     return matches, statistics.median(times)
 
 
-def _time_grep(tree: Path, pattern: str, runs: int, capped: bool) -> float:
-    grep_command = (
-        "grep -rniIE --exclude-dir=node_modules --exclude-dir=.git --exclude-dir=dist "
-        f"-e {_quote(pattern)} {_quote(str(tree))}"
-    )
-    command = grep_command + (f" | head -n {GREP_MAX_MATCHES}" if capped else "") + " >/dev/null"
+def _time_catastrophic() -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "aaa.txt").write_text("a" * 100_000 + "b\n")
+        run = _tool_call(Path(folder), CATASTROPHIC, "aaa.txt")
+        started = time.perf_counter()
+        run()
+        return (time.perf_counter() - started) * 1000
+
+
+def _skips() -> str:
+    return " ".join(f"--exclude-dir={name}" for name in sorted(GREP_SKIPPED_DIRS))
+
+
+def _grep_command(tree: Path, pattern: str) -> str:
+    return f"grep -rniIE {_skips()} -e {_quote(pattern)} {_quote(str(tree))}"
+
+
+def _rg_command(rg: str, tree: Path, pattern: str) -> str:
+    globs = " ".join(f"-g '!{name}/'" for name in sorted(GREP_SKIPPED_DIRS))
+    return f"{_quote(rg)} -ni --no-require-git {globs} -e {_quote(pattern)} {_quote(str(tree))}"
+
+
+def _time_shell(command: str, runs: int, capped: bool) -> float:
+    command += (f" | head -n {GREP_MAX_MATCHES}" if capped else "") + " >/dev/null"
     subprocess.run(command, shell=True, check=False)  # warm-up
     times = []
     for _ in range(runs):

@@ -1,12 +1,15 @@
-"""toolpool's RQ worker class: RQ's worker heartbeat coalesced, dependents released only
-where a turn has more batches."""
+"""toolpool's RQ worker class: RQ's worker heartbeat coalesced, its state written only when it
+changes, dependents released only where a turn has more batches."""
 
 from __future__ import annotations
+
+import signal
 
 import pytest
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 
 from executor.wire import ENTRY_POINT
 from workers.pool import _rq_worker
@@ -58,3 +61,28 @@ def test_only_a_call_of_a_turns_last_batch_skips_the_release_of_dependents(
         job = queue.enqueue_call(func=ENTRY_POINT, args=(payload,), job_id=job_id)
         worker.execute_job(job, queue)
     assert released == ["ready", "ready"]
+
+
+def test_idle_goes_with_the_jobs_last_pipeline_and_a_stop_meanwhile_is_warm(
+    client: redis.Redis,
+) -> None:
+    queue = Queue("states", connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-st")
+    worker.register_birth()  # type: ignore[no-untyped-call]
+    worker.set_state(WorkerStatus.BUSY)
+    job = queue.enqueue_call(func=ENTRY_POINT, args=({},))
+    with client.pipeline() as pipe:
+        worker.cleanup_execution(job, pipe)
+        # Still busy here: a SIGTERM now must wait for this pipeline (a warm stop).
+        assert worker.get_state() == WorkerStatus.BUSY
+        worker.request_stop(signal.SIGTERM, None)  # type: ignore[no-untyped-call]
+        assert worker._stop_requested
+        pipe.execute()
+    assert client.hget(worker.key, "state") == b"idle"
+    client.hset(worker.key, "state", "marker")  # a write now would replace the marker
+    worker.set_state(WorkerStatus.IDLE)  # RQ's own, after the job: no round trip
+    worker.set_state(WorkerStatus.IDLE)  # before the next dequeue: none either
+    assert worker.get_state() == WorkerStatus.IDLE
+    assert client.hget(worker.key, "state") == b"marker"
+    worker.set_state(WorkerStatus.BUSY)  # a change is written
+    assert client.hget(worker.key, "state") == b"busy"

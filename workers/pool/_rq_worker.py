@@ -79,6 +79,8 @@ class _RefusingMixin:
             for queue in queues
         ]  # fmt: skip
         self._beat_at = 0.0
+        self._idle_sent = False
+        self._state: str
         self._suspension_checked_at = -_SUSPENSION_CHECK_S
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
 
@@ -107,14 +109,20 @@ class _RefusingMixin:
         before the next dequeue. The end of a job writes it in the job's last pipeline
         (``cleanup_execution``), so neither needs a round trip of its own.
         """
-        if pipeline is None and state == self.get_state():  # type: ignore[attr-defined]
+        idle_sent, self._idle_sent = self._idle_sent, False
+        if pipeline is None and (state == self.get_state() or  # type: ignore[attr-defined]
+                                 (idle_sent and state == WorkerStatus.IDLE)):  # fmt: skip
+            self._state = state
             return
         super().set_state(state, pipeline=pipeline)  # type: ignore[misc]
 
     def cleanup_execution(self, job: Job, pipeline: Pipeline, execution: Any = None) -> None:
         super().cleanup_execution(job, pipeline, execution=execution)  # type: ignore[misc]
-        # The job's last pipeline (success or failure): the worker is idle again once it runs.
-        self.set_state(WorkerStatus.IDLE, pipeline=pipeline)
+        # The job's last pipeline (success or failure) says the worker is idle, in Redis only:
+        # until RQ's own set_state after it, the worker stays busy here, so a SIGTERM meanwhile
+        # still waits for the job's bookkeeping to finish (a warm shutdown).
+        pipeline.hset(self.key, "state", WorkerStatus.IDLE)  # type: ignore[attr-defined]
+        self._idle_sent = True
 
     def check_for_suspension(self, burst: bool) -> None:
         """RQ's ``rq suspend`` check, at most once a second instead of a round trip a job."""

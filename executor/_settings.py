@@ -54,9 +54,11 @@ class Settings:
     workspace: Path = Path()
     lock_lease_ms: int = 10_000
     lock_wait_timeout: float = 300.0
-    result_ttl: int = 24 * 3600
-    # How long RQ keeps a finished job's own record (its hash and result stream). toolpool's
-    # result keys (result_ttl) are what callers read; RQ needs its records only minutes.
+    # How long results and turn plans are kept: an hour, as full outputs. Redis then holds
+    # about an hour of calls (under 1 KB each for a small result), not a day's.
+    result_ttl: int = 3600
+    # How long RQ keeps a finished job's own record (its hash). toolpool's result keys
+    # (result_ttl) are what callers read; RQ needs its records only minutes.
     rq_record_ttl: int = 600
     full_output_ttl: int = 3600
     full_output_max_bytes: int = 16 * 1024 * 1024

@@ -3,16 +3,25 @@ changes, dependents released only where a turn has more batches."""
 
 from __future__ import annotations
 
+import re
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import redis
 from rq import Queue
+from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
+from executor import Settings
+from executor.client import Executor
 from executor.wire import ENTRY_POINT
+from tests.support import dist_tools
 from workers.pool import _rq_worker
+from workers.pool._process import run_worker
 from workers.pool._rq_worker import ToolpoolWorker
 
 
@@ -86,3 +95,44 @@ def test_idle_goes_with_the_jobs_last_pipeline_and_a_stop_meanwhile_is_warm(
     assert client.hget(worker.key, "state") == b"marker"
     worker.set_state(WorkerStatus.BUSY)  # a change is written
     assert client.hget(worker.key, "state") == b"busy"
+
+
+def test_a_finished_call_keeps_rqs_record_but_not_a_second_copy_of_its_result(
+    redis_url: str, tmp_path: Path
+) -> None:
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    assert settings.redis_url
+    with Executor(settings=settings, registry=dist_tools.registry()) as executor:
+        turn = executor.submit([{"id": "r1", "name": "echo", "arguments": {"text": "hi"}}])
+        run_worker(settings.redis_url, settings, dist_tools.registry(), name="w-res", burst=True)
+        [result] = executor.collect(turn, timeout=10)
+        rq_id = turn.plan.job_ids[0]
+        job = Job.fetch(rq_id, connection=executor.client, serializer=JSONSerializer)
+        assert result.content == "hi"
+        assert job.get_status() == JobStatus.FINISHED
+        assert rq_id in executor.queue.finished_job_registry.get_job_ids()
+        assert job.latest_result() is None  # toolpool's result key is the one copy
+        assert 0 < executor.client.ttl(job.key) <= settings.rq_record_ttl
+
+
+def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Path) -> None:
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    rq_cli = Path(sys.executable).with_name("rq")
+
+    def rq_info() -> str:
+        done = subprocess.run([str(rq_cli), "info", "-u", redis_url, "-S", "json"],
+                              capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        return done.stdout
+
+    with Executor(settings=settings, registry=dist_tools.registry()) as executor:
+        for n in range(3):
+            executor.submit([{"id": f"q{n}", "name": "echo", "arguments": {"text": "x"}}])
+        worker = ToolpoolWorker([executor.queue], connection=executor.client,
+                                serializer=JSONSerializer, name="w-info")  # fmt: skip
+        worker.register_birth()  # type: ignore[no-untyped-call]
+        shown = rq_info()
+        assert re.search(rf"{re.escape(executor.queue.name)}\s.*\b3\b", shown), shown
+        assert "w-info" in shown
+        worker.register_death()  # type: ignore[no-untyped-call]
+        run_worker(redis_url, settings, dist_tools.registry(), name="w-drain", burst=True)
+        assert re.search(rf"{re.escape(executor.queue.name)}\s.*\b0\b", rq_info())

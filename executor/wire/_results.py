@@ -25,7 +25,7 @@ def load_lua(name: str) -> str:
 class ResultStore:
     """One result per call: the first stored wins, later ones are dropped and reported."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, ttl: int = 24 * 3600) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, *, ttl: int = 3600) -> None:
         self.client = client
         self.keys = keys
         self.ttl = ttl

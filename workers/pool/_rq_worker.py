@@ -21,7 +21,7 @@ import redis
 from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation
-from rq.job import Job
+from rq.job import Job, JobStatus
 from rq.utils import now as now_utc
 from rq.worker import WorkerStatus
 
@@ -64,11 +64,36 @@ def refusal_reason(job: Job) -> str | None:
     return None
 
 
+class ToolpoolJob(Job):
+    """RQ's job, without RQ's second copy of a finished call's outcome.
+
+    toolpool stores each call's result under its own key; for a job that ended well RQ would
+    also add a result stream (about 4.7 KB of Redis for the record's lifetime, as much as
+    everything else of the call). The job's record, status and finished registry stay, so
+    ``rq info`` and rq-dashboard still list it; a failed job keeps RQ's result, its traceback.
+    """
+
+    def _handle_success(
+        self,
+        result_ttl: int,
+        pipeline: Pipeline,
+        worker_name: str = "",
+        execution_id: str | None = None,
+        execution_started_at: Any = None,
+        execution_ended_at: Any = None,
+    ) -> None:
+        self.set_status(JobStatus.FINISHED, pipeline=pipeline)
+        self.save(pipeline=pipeline, include_meta=False, include_result=False)
+        if result_ttl != 0:
+            self.finished_job_registry.add(self, result_ttl, pipeline)
+
+
 class _RefusingMixin:
     """Checks every job before the worker's own ``execute_job`` runs any of it; takes jobs
     off several queues without losing one (``workers.pool._dequeue``)."""
 
     queue_class = ReliableQueue
+    job_class = ToolpoolJob
 
     def __init__(self, queues: Iterable[Queue | str], *args: Any, **kwargs: Any) -> None:
         # RQ checks each queue against ``queue_class``: plain queues become reliable ones.

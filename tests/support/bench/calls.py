@@ -1,7 +1,9 @@
 """Measure toolpool's calls against raw RQ, side by side on one private Redis.
 
 Usage: ``python scripts/bench_calls.py [--calls 2000] [--workers 1,4] [--repeat 3]
-[--samples 200] [--batch-workers 4,8] [--profile] [--quick]``. Prints, in one run:
+[--samples 200] [--batch-workers 4,8] [--profile] [--quick] [--only PARTS] [--steady]
+[--steady-s 600]``.
+Prints, in one run (``--only`` picks some of the parts named in brackets):
 
 - throughput: trivial calls per second through toolpool (``Executor.submit`` of turns of
   ``noop`` calls, then ``collect``) against raw RQ (``Queue.enqueue`` of a function returning a
@@ -10,7 +12,12 @@ Usage: ``python scripts/bench_calls.py [--calls 2000] [--workers 1,4] [--repeat 
 - round trip of one call (submit, wait for the result) against raw RQ's, one idle worker each;
 - a batch of 8 concurrency-safe 200 ms calls on 4 (and 8) workers against the ideal;
 - where toolpool's time per call goes on the worker, and a cProfile of a burst worker when
-  toolpool drains fewer than a third of raw RQ's calls per second (or with ``--profile``).
+  toolpool drains fewer than a third of raw RQ's calls per second (or with ``--profile``);
+- [trips] Redis round trips per call, client and worker side, counted in redis-py
+  (``roundtrips``);
+- [hiredis] round trip and burst with hiredis against redis-py's Python parser (``parsers``);
+- [memory] Redis memory per call while RQ's records live and once they expired, by key
+  family; [steady] with ``--steady``: a pool's memory under a paced load (``memory``).
 
 Workers are started with multiprocessing's "spawn" method and stopped by their PIDs; the
 Redis is our own (``workers._embedded_redis.RedisServer``). Every wait has a deadline, and
@@ -20,29 +27,36 @@ Ctrl-C or SIGTERM stops everything started here.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import rq
 
 from executor import Settings
+from tests.support.bench import counting
 from tests.support.bench.entry import run_bench
+from tests.support.bench.memory import measure_retained, measure_steady
 from tests.support.bench.overhead import (
     format_parts,
     measure_parts,
     profile_worker,
     redis_command_counts,
 )
+from tests.support.bench.parsers import measure_parsers
+from tests.support.bench.roundtrips import measure_trips
 from tests.support.bench.sides import Bench, BenchError, Burst
 from workers._embedded_redis import RedisServer
 
 _PROFILE_BELOW = 1 / 3
+_T = TypeVar("_T")
 
 
 def _pct(values: list[float], share: float) -> float:
@@ -215,12 +229,64 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--nap-ms", type=int, default=200, help="length of each batch call")
     parser.add_argument("--profile", action="store_true", help="always profile a worker")
-    parser.add_argument("--quick", action="store_true", help="a fast version (< 30 s)")
+    parser.add_argument(
+        "--only",
+        type=_parse_parts,
+        default=PARTS,
+        help=f"the parts to run, comma-separated, of: {','.join(PARTS)} (default: all)",
+    )
+    parser.add_argument(
+        "--idle-s", type=float, default=5.0, help="[trips] idle baseline of the workers, s"
+    )
+    parser.add_argument(
+        "--memory-calls", type=int, default=2000, help="[memory] calls of the memory burst"
+    )
+    parser.add_argument(
+        "--memory-turn", type=int, default=1, help="[memory] calls per turn of the burst"
+    )
+    parser.add_argument(
+        "--record-ttl",
+        type=int,
+        default=30,
+        help="[memory] RQ's record TTL for the retained figure, s (longer than the burst)",
+    )
+    parser.add_argument(
+        "--steady",
+        action="store_true",
+        help="also run [steady]: a paced load for --steady-s (10 minutes by default)",
+    )
+    parser.add_argument("--steady-s", type=float, default=600.0, help="[steady] duration, s")
+    parser.add_argument("--steady-rate", type=float, default=100.0, help="[steady] calls/s")
+    parser.add_argument("--steady-turn", type=int, default=4, help="[steady] calls per turn")
+    parser.add_argument("--steady-workers", type=int, default=2, help="[steady] workers")
+    parser.add_argument("--quick", action="store_true", help="a fast version (about a minute)")
     args = parser.parse_args(argv)
     if args.quick:
         args.calls, args.workers, args.repeat = min(args.calls, 300), [1], 1
         args.samples, args.batch_workers = min(args.samples, 50), [4]
+        args.idle_s, args.memory_calls = min(args.idle_s, 2.0), min(args.memory_calls, 300)
+        args.record_ttl, args.steady_s = min(args.record_ttl, 8), min(args.steady_s, 10.0)
+    for name in ("calls", "samples", "memory_calls", "memory_turn", "record_ttl", "steady_turn",
+                 "steady_workers", "turn_size"):  # fmt: skip
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.idle_s <= 0 or args.steady_rate <= 0 or args.steady_s < 0:
+        parser.error("--idle-s and --steady-rate must be positive, --steady-s not negative")
     return args
+
+
+PARTS = ("throughput", "commands", "latency", "batch", "overhead", "trips", "hiredis",
+         "memory", "steady")  # steady runs only with --steady  # fmt: skip
+
+
+def _parse_parts(text: str) -> tuple[str, ...]:
+    parts = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [part for part in parts if part not in PARTS]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name parts among {', '.join(PARTS)} (unknown: {', '.join(unknown)})"
+        )
+    return parts
 
 
 def _header(bench: Bench) -> None:
@@ -230,7 +296,8 @@ def _header(bench: Bench) -> None:
     args = bench.args
     bench.out(
         f"Python {sys.version.split()[0]}, rq {rq.__version__}, redis-py "
-        f"{redis.__version__}, redis-server {info.get('redis_version')} (unix socket)"
+        f"{redis.__version__}, redis-server {info.get('redis_version')} (unix socket), "
+        f"reply parser: {'hiredis' if counting.hiredis_available() else 'Python (no hiredis)'}"
     )
     bench.out(
         f"cores: {cores} ({usable} usable); throughput workers {args.workers}, "
@@ -249,33 +316,94 @@ def run(args: argparse.Namespace) -> None:
         try:
             _run_all(bench)
         finally:
-            for pool in list(bench.pools):
-                pool.stop()
-            bench.executor.close()
-            bench.client.close()
+            bench.close()
 
 
 def _run_all(bench: Bench) -> None:
     args = bench.args
     _header(bench)
-    counts = sorted({*args.workers, 1, *args.batch_workers})
+    rates = _run_pools(bench)
+    if "overhead" in args.only:
+        timed(bench, "overhead", functools.partial(_run_overhead, bench, rates))
+    # Counting wraps redis-py in this process from here on: the figures above are unaffected.
+    if "trips" in args.only:
+        counting.install()
+        for count in args.workers:
+            bench.out(
+                f"\nRedis round trips per call, {count} worker(s) a side (counted in redis-py: "
+                "one per command or pipeline sent; client = this process, worker = the sum of "
+                "the worker processes)"
+            )
+            timed(bench, "trips", functools.partial(_run_trips, bench, count))
+    if "hiredis" in args.only:
+        bench.out("\nhiredis against redis-py's Python parser, 1 worker a side")
+        timed(bench, "hiredis", lambda: measure_parsers(bench, bench.server, bench.settings, args))
+    own: float | None = None
+    if "memory" in args.only:
+        bench.out(
+            f"\nRedis memory per call: a burst of {args.memory_calls} noop calls (toolpool in "
+            f"turns of {args.memory_turn}), 1 worker, on a Redis of its own a side; keys by "
+            "family, per call"
+        )
+        own = timed(bench, "memory", functools.partial(
+            measure_retained, bench, args.memory_calls, args.record_ttl, args))  # fmt: skip
+    if args.steady and "steady" in args.only and args.steady_s > 0:
+        bench.out(f"\nSteady state: {args.steady_rate:g} calls/s for {args.steady_s:g} s")
+        timed(bench, "steady", lambda: measure_steady(bench, args, own))
+    bench.out(f"\nload average at end: {_load()}")
+    bench.out("\nSummary")
+    for line in bench.summary:
+        bench.out(f"  {line}")
+
+
+def timed(bench: Bench, part: str, run: Callable[[], _T]) -> _T:
+    """Run one part of the benchmark, say how long it took, return what it returned."""
+    started = time.monotonic()
+    value = run()
+    bench.out(f"  ({part}: {time.monotonic() - started:.0f} s)")
+    return value
+
+
+def _run_trips(bench: Bench, count: int) -> None:
+    samples = min(bench.args.samples, 100)
+    with bench.workers(count, raw=True, parser=counting.DEFAULT_PARSER):
+        measure_trips(bench, count, bench.args.calls, samples, bench.args.idle_s)
+
+
+def _run_pools(bench: Bench) -> dict[int, tuple[float, float]]:
+    """The measurements on the shared pools: throughput, commands, latency, batch."""
+    args = bench.args
+    wanted = set(args.only)
+    counts = sorted(
+        {*(args.workers if "throughput" in wanted else []),
+         *([1] if wanted & {"commands", "latency"} else []),
+         *(args.batch_workers if "batch" in wanted else [])}
+    )  # fmt: skip
     rates: dict[int, tuple[float, float]] = {}
     for count in counts:
-        raw = count in args.workers or count == 1
+        raw = (count in args.workers and "throughput" in wanted) or count == 1
+        started = time.monotonic()
         with bench.workers(count, raw=raw):
-            if count in args.workers:
+            if count in args.workers and "throughput" in wanted:
                 bench.out(f"\nThroughput, {count} worker process(es) a side")
                 rates[count] = measure_throughput(bench, count)
-            if count == 1:
+            if count == 1 and "commands" in wanted:
                 bench.out("\nRedis commands and Redis CPU per call, 1 worker a side")
                 measure_commands(bench, min(args.calls, 300))
+            if count == 1 and "latency" in wanted:
                 bench.out("\nRound trip of one call, one idle worker a side")
                 measure_round_trips(bench, idle=True)
                 bench.out("\nRound trips back to back (next call as soon as a result is in)")
                 measure_round_trips(bench, idle=False)
-            if count in args.batch_workers:
+            if count in args.batch_workers and "batch" in wanted:
                 bench.out(f"\nBatch of 8 concurrency-safe calls, {count} workers")
                 measure_batch(bench, count)
+        bench.out(f"  (the parts above on {count} worker(s): {time.monotonic() - started:.0f} s)")
+    return rates
+
+
+def _run_overhead(bench: Bench, rates: dict[int, tuple[float, float]]) -> None:
+    args = bench.args
     raw_job_us = 1e6 / rates[1][1] if 1 in rates else None
     bench.out("\nWhere a toolpool call's time goes on the worker (timed in this process)")
     parts = measure_parts(
@@ -285,16 +413,12 @@ def _run_all(bench: Bench) -> None:
         bench.out(line)
     bench.summary.append(
         f"toolpool's worker path outside RQ: {parts['whole'] / 1000:.1f} ms a call "
-        f"({parts['commands']:.0f} Redis commands, 4 events, 2 lock scripts, 1 tool thread)"
+        f"({parts['commands']:.0f} Redis commands, 4 events, 2 lock scripts, 1 reused tool thread)"
     )
     worst = min((tool / raw for tool, raw in rates.values()), default=1.0)
     if args.profile or worst < _PROFILE_BELOW:
         bench.out(f"\ncProfile of a burst worker (toolpool / raw RQ at worst {worst:.2f})")
         bench.out(profile_worker(bench.url, bench.settings, 300, bench.tag()))
-    bench.out(f"\nload average at end: {_load()}")
-    bench.out("\nSummary")
-    for line in bench.summary:
-        bench.out(f"  {line}")
 
 
 def main(argv: list[str] | None = None) -> int:

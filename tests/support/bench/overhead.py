@@ -2,10 +2,11 @@
 
 Used by ``scripts/bench_calls.py``, against the benchmark's private Redis, after its worker
 processes have stopped. ``WorkerRuntime.execute`` runs noop calls with timers wrapped around
-the public parts it uses (the event log, the result store, the lock and each lease), so the
-split is measured in the path itself; the rest of the path (argument validation, the tool's
-thread, the opening pipeline and the closing DEL) is what is left. Two things
-are also timed alone for scale: ``run_call`` without the lock, and a thread's start + join.
+the parts it uses (the opening events' flush, the lock's acquire, the store's one closing
+round trip: the lease's release, the closing events, the result and the claim's release), so
+the split is measured in the path itself; the rest of the path (the opening pipeline, argument
+validation, the hand-off to the tool's thread) is what is left. Two things are also timed
+alone for scale: ``run_call`` without the lock, and a hand-off to a reused tool thread.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import cProfile
 import io
 import pstats
 import statistics
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -24,16 +24,13 @@ import redis
 
 from executor import Settings
 from executor.client import Executor
-from executor.lock import Lease
 from executor.wire import CallJob, ToolCall
 from tests.support.bench.workers import bench_registry
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.pipeline._runtime import WorkerRuntime
+from workers.pipeline._store import Store
+from workers.pipeline._tool_threads import ToolThreads
 from workers.pool._process import run_worker
-
-# Events one call emits on a worker: lock_acquired, tool_execution_started, lock_released,
-# tool_result.
-EVENTS_PER_CALL = 4
 
 
 class _Stopwatch:
@@ -85,18 +82,9 @@ def measure_parts(
     runtime = WorkerRuntime(url, settings, registry, worker_name=f"bench-inproc-{tag}")
     watch = _Stopwatch()
     watch.wrap(runtime.events, "flush", "events")
-    watch.wrap(runtime.results, "publish", "result")
-    acquire = runtime.lock.acquire
-
-    def timed_acquire(*args: Any, **kwargs: Any) -> Lease:
-        started = time.perf_counter()
-        lease = acquire(*args, **kwargs)
-        if watch.enabled:
-            watch.spent["lock acquire"] += time.perf_counter() - started
-        watch.wrap(lease, "release", "lock release")
-        return lease
-
-    runtime.lock.acquire = timed_acquire  # type: ignore[method-assign]
+    watch.wrap(runtime.lock, "acquire", "lock acquire")
+    [store] = [step for step in runtime.steps if isinstance(step, Store)]
+    watch.wrap(store, "_publish_once", "closing")
 
     def whole(i: int) -> None:
         call = ToolCall(id=f"{tag}-whole-{i}", name="noop")
@@ -107,10 +95,10 @@ def measure_parts(
     def runner(i: int) -> None:
         run_call(ToolCall(id=f"{tag}-run-{i}", name="noop"), registry, env)
 
+    threads = ToolThreads()
+
     def thread(_: int) -> None:
-        started = threading.Thread(target=_nothing)
-        started.start()
-        started.join()
+        threads.start(_nothing).wait(10)
 
     try:
         for i in range(20):  # first-use costs (script loading, the keeper thread) stay out
@@ -141,17 +129,19 @@ _BOOKKEEPING = ("config|resetstat", "info")
 
 def format_parts(parts: dict[str, float], rq_job_us: float | None) -> list[str]:
     """The parts as table lines; the rest of the path is what the timers did not cover."""
-    named = ("events", "lock acquire", "lock release", "result")
+    named = ("events", "lock acquire", "closing")
     rest = parts["whole"] - sum(parts.get(name, 0.0) for name in named)
     rows = [
         (f"WorkerRuntime.execute, whole ({parts['commands']:.0f} Redis commands*)", parts["whole"]),
-        (f"  events: {EVENTS_PER_CALL} x XADD in 2 pipelines", parts.get("events", 0.0)),
-        ("  lock acquire (Lua; wakes the lease keeper thread)", parts.get("lock acquire", 0.0)),
-        ("  lock release (Lua)", parts.get("lock release", 0.0)),
-        ("  result: publish (Lua)", parts.get("result", 0.0)),
-        ("  the rest: opening pipeline, validation, tool thread, DEL", rest),
+        ("  opening events: 2 x XADD, one pipeline", parts.get("events", 0.0)),
+        ("  lock acquire (Lua)", parts.get("lock acquire", 0.0)),
+        (
+            "  closing round trip: release (Lua), 2 x XADD, result (Lua), DEL",
+            parts.get("closing", 0.0),
+        ),
+        ("  the rest: opening pipeline, validation, tool thread", rest),
         ("alone: run_call without lock (validate, thread)", parts["runner"]),
-        ("alone: one thread start + join", parts["thread"]),
+        ("alone: one hand-off to a reused tool thread", parts["thread"]),
         ("alone: one Redis PING round trip", parts["ping"]),
     ]
     if rq_job_us is not None:

@@ -20,12 +20,14 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
+from rq.registry import StartedJobRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
 from executor import Settings
 from executor.client import Executor
 from executor.wire import ToolStatus
+from tests.support.bench.counting import paused
 from tests.support.bench.workers import (
     TRIVIAL,
     bench_registry,
@@ -86,11 +88,19 @@ class Burst:
 
 @dataclass
 class Bench:
-    """The shared Redis, the Executor and the raw RQ queue every measurement uses."""
+    """The shared Redis, the Executor and the raw RQ queue every measurement uses.
+
+    ``label`` keeps the worker names of two benches on one Redis apart; ``raw_queue_name``
+    their raw RQ queues (toolpool's queue is ``settings.queue``). ``raw_result_ttl``: how long
+    raw RQ keeps a job's records (None: RQ's default, 500 s).
+    """
 
     server: RedisServer
     settings: Settings
     args: argparse.Namespace
+    label: str = ""
+    raw_queue_name: str = _RAW_QUEUE
+    raw_result_ttl: int | None = None
     pools: list[Pool] = field(default_factory=list)
     serial: int = 0
     summary: list[str] = field(default_factory=list)
@@ -101,43 +111,67 @@ class Bench:
         # Long enough for a 1 s XREAD plus slack; every wait below has its own deadline.
         self.client = redis.Redis.from_url(self.url, socket_timeout=10)
         self.executor = Executor(settings=self.settings, registry=bench_registry())
-        self.raw_queue = Queue(_RAW_QUEUE, connection=self.client, serializer=JSONSerializer)
+        self.raw_queue = Queue(
+            self.raw_queue_name, connection=self.client, serializer=JSONSerializer
+        )
         self.tool_queue = self.executor.queue
+
+    def close(self) -> None:
+        """Stop this bench's workers and close its connections."""
+        for pool in list(self.pools):
+            pool.stop()
+        self.executor.close()
+        self.client.close()
 
     def tag(self) -> str:
         """A fresh prefix for call ids (a call id may be used once)."""
         self.serial += 1
-        return f"b{self.serial}"
+        return f"b{self.label}{self.serial}"
 
     def out(self, line: str = "") -> None:
         """Print a line of the report now."""
         print(line, flush=True)
 
     @contextmanager
-    def workers(self, count: int, *, raw: bool) -> Iterator[None]:
-        """``count`` toolpool worker processes (and as many raw RQ ones), registered."""
+    def workers(
+        self, count: int, *, raw: bool, tool: bool = True, parser: str | None = None
+    ) -> Iterator[None]:
+        """``count`` toolpool worker processes (and as many raw RQ ones), registered.
+
+        ``parser`` ("default" or "python"): the workers count their Redis round trips and
+        report them (``counting.snapshot``), with that reply parser.
+        """
         pool = Pool()
         self.pools.append(pool)
         names: dict[str, set[str]] = {"tool": set(), "raw": set()}
         try:
             for index in range(count):
-                name = f"bench-tp-{self.serial}-{index}"
-                pool.start(run_toolpool_worker, self.url, self.settings, name)
-                names["tool"].add(name)
+                if tool:
+                    name = f"bench-tp{self.label}-{self.serial}-{index}"
+                    pool.start(run_toolpool_worker, self.url, self.settings, name, parser)
+                    names["tool"].add(name)
                 if raw:
-                    name = f"bench-raw-{self.serial}-{index}"
-                    pool.start(run_raw_worker, self.url, _RAW_QUEUE, name)
+                    name = f"bench-raw{self.label}-{self.serial}-{index}"
+                    pool.start(run_raw_worker, self.url, self.raw_queue_name, name, parser)
                     names["raw"].add(name)
             self.serial += 1
             self._wait_registered(pool, names)
             self.names = names
             yield
+            # Stop only idle workers: a measurement's last jobs finish their bookkeeping first.
+            for side in ("tool", "raw"):
+                if names[side]:
+                    self.wait_idle(side)
         finally:
             self.names = {}
             pool.stop()
             self.pools.remove(pool)
 
     def _wait_registered(self, pool: Pool, names: dict[str, set[str]]) -> None:
+        with paused():
+            self._wait_until_registered(pool, names)
+
+    def _wait_until_registered(self, pool: Pool, names: dict[str, set[str]]) -> None:
         deadline = time.monotonic() + _START_PATIENCE_S
         while True:
             seen = {w.name for w in Worker.all(connection=self.client, queue=self.tool_queue)}
@@ -157,16 +191,24 @@ class Bench:
     def wait_idle(self, side: str) -> None:
         """Wait until every worker of ``side`` has finished RQ's bookkeeping of its last job."""
         keys = [Worker.redis_worker_namespace_prefix + name for name in self.names[side]]
+        # A job leaves RQ's started registry in its last pipeline: the worker's state alone
+        # may read idle before that pipeline ran.
+        started = StartedJobRegistry(queue=self.tool_queue if side == "tool" else self.raw_queue)
         deadline = time.monotonic() + 10.0
-        while any(self.client.hget(key, "state") != b"idle" for key in keys):
-            if time.monotonic() > deadline:
-                raise BenchError(f"the {side} workers did not go idle within 10 s")
-            time.sleep(0.0005)
+        with paused():  # the bench's bookkeeping: no round trip of either side
+            while (
+                any(self.client.hget(key, "state") != b"idle" for key in keys)
+                or started.get_job_count(cleanup=False) > 0
+            ):
+                if time.monotonic() > deadline:
+                    raise BenchError(f"the {side} workers did not go idle within 10 s")
+                time.sleep(0.0005)
 
     # -- the two sides of each measurement ---------------------------------------------------
 
-    def toolpool_burst(self, calls: int) -> Burst:
-        tag, size = self.tag(), self.args.turn_size
+    def toolpool_burst(self, calls: int, turn_size: int | None = None) -> Burst:
+        """``calls`` noop calls in turns of ``turn_size`` (default ``--turn-size``)."""
+        tag, size = self.tag(), turn_size or self.args.turn_size
         deadline = time.monotonic() + _patience(calls)
         started = time.perf_counter()
         turns = [
@@ -188,7 +230,7 @@ class Bench:
     def raw_burst(self, calls: int) -> Burst:
         deadline = time.monotonic() + _patience(calls)
         started = time.perf_counter()
-        jobs = [self.raw_queue.enqueue(TRIVIAL) for _ in range(calls)]
+        jobs = [self._raw_enqueue() for _ in range(calls)]
         enqueued = time.perf_counter()
         failed = sum(not _raw_result(job, deadline) for job in jobs)
         return Burst(calls, enqueued - started, time.perf_counter() - started, failed)
@@ -211,10 +253,15 @@ class Bench:
         if idle:
             self.wait_idle("raw")
         started = time.perf_counter()
-        job = self.raw_queue.enqueue(TRIVIAL)
+        job = self._raw_enqueue()
         submitted = time.perf_counter()
         ok = _raw_result(job, time.monotonic() + 10)
         return submitted - started, time.perf_counter() - started, ok
+
+    def _raw_enqueue(self) -> Any:
+        if self.raw_result_ttl is None:
+            return self.raw_queue.enqueue(TRIVIAL)
+        return self.raw_queue.enqueue(TRIVIAL, result_ttl=self.raw_result_ttl)
 
     def batch(self, count: int, nap_ms: int) -> tuple[float, int]:
         """Wall seconds of one turn of ``count`` concurrency-safe naps, and failures."""

@@ -18,6 +18,7 @@ from rq.serializers import JSONSerializer
 
 from executor import Settings
 from executor.contract import ToolContext, ToolRegistry, tool
+from tests.support.bench.counting import start_reporting
 
 # The import path raw RQ's workers resolve (spawned children inherit the parent's sys.path).
 TRIVIAL = "tests.support.bench.workers.trivial"
@@ -51,16 +52,27 @@ def trivial() -> dict[str, bool]:
     return {"ok": True}
 
 
-def run_toolpool_worker(url: str, settings: Settings, name: str) -> None:
-    """A toolpool worker process (SimpleWorker, as ``toolpool worker`` runs by default)."""
+def run_toolpool_worker(url: str, settings: Settings, name: str, parser: str | None = None) -> None:
+    """A toolpool worker process (SimpleWorker, as ``toolpool worker`` runs by default).
+
+    ``parser`` ("default" or "python"): count its Redis round trips, report them to the
+    benchmark (``counting.Reporter``) and make its connections with that reply parser.
+    """
     from workers.pool._process import run_worker
 
+    if parser is not None:
+        start_reporting(url, name, parser)
     with _quiet_when_redis_is_gone():
         run_worker(url, settings, bench_registry(), name=name)
 
 
-def run_raw_worker(url: str, queue_name: str, name: str) -> None:
-    """A plain RQ SimpleWorker with the JSON serializer, nothing of toolpool's around it."""
+def run_raw_worker(url: str, queue_name: str, name: str, parser: str | None = None) -> None:
+    """A plain RQ SimpleWorker with the JSON serializer, nothing of toolpool's around it.
+
+    ``parser``: as for ``run_toolpool_worker``.
+    """
+    if parser is not None:
+        start_reporting(url, name, parser)
     connection = redis.Redis.from_url(url)
     queue = Queue(queue_name, connection=connection, serializer=JSONSerializer)
     worker = SimpleWorker([queue], connection=connection, serializer=JSONSerializer, name=name)

@@ -11,7 +11,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY executor ./executor
 COPY workers ./workers
-RUN pip install . && rm -rf /src
+# hiredis: redis-py's C parser, a call's round trip about a third faster.
+RUN pip install ".[hiredis]" && rm -rf /src
 
 # Tools run as an unprivileged user, and only /workspace and /sessions are theirs to write.
 RUN useradd --create-home --uid 10001 toolpool \

@@ -25,9 +25,9 @@ def install(runtime: WorkerRuntime) -> None:
 
 def execute(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one call (a ``CallJob`` as JSON); or, for a ``session_op`` payload, create or delete
-    a session's folder on this host. Returns what RQ keeps as the job's result: for a call,
-    only its id and outcome, since the result itself is stored under toolpool's own key (RQ
-    would keep a second copy of every result, kilobytes each, for as long as its record)."""
+    a session's folder on this host. Returns, for a call, only its id and outcome: the result
+    itself is stored under toolpool's own key, and RQ keeps no copy of what a finished call
+    returned (``workers.pool._rq_worker.ToolpoolJob``)."""
     if _runtime is None or _admin is None:
         raise RuntimeError(
             "This process has no toolpool runtime: start workers with `toolpool worker`."

@@ -7,12 +7,13 @@ import re
 import signal
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 import redis
 from rq import Queue
-from rq.job import Job, JobStatus
+from rq.job import Dependency, Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
@@ -136,3 +137,53 @@ def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Pat
         worker.register_death()  # type: ignore[no-untyped-call]
         run_worker(redis_url, settings, dist_tools.registry(), name="w-drain", burst=True)
         assert re.search(rf"{re.escape(executor.queue.name)}\s.*\b0\b", rq_info())
+
+
+def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
+    client: redis.Redis,
+) -> None:
+    queue = Queue("ends", connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-end")
+    worker.register_birth()  # type: ignore[no-untyped-call]
+    sent: list[int] = []
+    original = client.pipeline
+
+    def counting(*args: object, **kwargs: object) -> redis.client.Pipeline:
+        sent.append(1)
+        return original(*args, **kwargs)
+
+    job = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
+                             job_id="last", result_ttl=60)  # fmt: skip
+    execution = worker.prepare_execution(job)
+    worker.prepare_job_execution(job)
+    job.started_at = job.ended_at = datetime.now(timezone.utc)
+    client.pipeline = counting  # type: ignore[method-assign]
+    try:
+        worker.handle_job_success(job, queue, queue.started_job_registry, execution)
+    finally:
+        del client.pipeline
+    assert len(sent) == 1
+    assert job.get_status(refresh=True) == JobStatus.FINISHED
+    assert "last" in queue.finished_job_registry.get_job_ids()
+    assert "last" not in queue.started_job_registry.get_job_ids()
+    assert 0 < client.ttl(job.key) <= 60
+    assert client.hget(worker.key, "successful_job_count") == b"1"
+    assert client.hget(worker.key, "state") == b"idle"
+
+
+def test_a_job_marked_last_that_has_a_dependent_still_releases_it(client: redis.Redis) -> None:
+    queue = Queue("ends-dep", connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-dep")
+    parent = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
+                                job_id="parent", result_ttl=60)  # fmt: skip
+    after = Dependency(jobs=["parent"], allow_failure=True)
+    child = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}},), job_id="child",
+                               depends_on=after)  # fmt: skip
+    assert child.get_status(refresh=True) == JobStatus.DEFERRED
+    assert queue.pop_job_id() == "parent"  # as a worker's dequeue takes it
+    execution = worker.prepare_execution(parent)
+    worker.prepare_job_execution(parent)
+    parent.started_at = parent.ended_at = datetime.now(timezone.utc)
+    worker.handle_job_success(parent, queue, queue.started_job_registry, execution)
+    assert child.get_status(refresh=True) == JobStatus.QUEUED
+    assert queue.get_job_ids() == ["child"]

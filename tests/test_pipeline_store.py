@@ -143,3 +143,20 @@ def test_a_stored_result_leaves_out_its_defaults_and_reads_back_whole(
     assert b"error_type" not in raw
     assert b"truncated" not in raw
     assert ResultStore(client, KEYS).get("c1") == result
+
+
+def test_a_claim_that_could_not_be_let_go_is_left_to_the_claim_step(
+    client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_store, "_RETRY_S", 0.0)
+    flaky = _Flaky(client)
+
+    def refuse(*keys: str) -> int:
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(client, "delete", refuse)
+    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
+                      settings=Settings(), job=JOB, claim_keys=("claim:current",))  # fmt: skip
+    assert _store_of(client, flaky)(state, lambda state: _result("ran")).content == "ran"
+    assert not state.claim_released  # the claim's own finally deletes it once more
+    assert ResultStore(client, KEYS).get("c1") is not None

@@ -1,16 +1,15 @@
 """Store: the call's result, once; the first result stored for a call is its answer.
 
-The result goes in one round trip with what must land before or with it: the events the call
-queued (its ``tool_result`` among them, so whoever reads the result finds them) and, on a
-worker, the release of the call's claim. A worker keeps trying while Redis does not answer (a
-result must not be lost to a blip), up to a patience; a result that comes second (another
-delivery stored one first) is dropped, with a ``result_dropped`` event, and the stored one is
-the answer.
+The result goes in one round trip with what must land before or with it: the lease's release
+left by the lock step, the events the call queued (its ``tool_result`` among them, so whoever
+reads the result finds them) and, on a worker, the release of the call's claim. A worker keeps
+trying while Redis does not answer (a result must not be lost to a blip), up to a patience; a
+result that comes second (another delivery stored one first) is dropped, with a
+``result_dropped`` event, and the stored one is the answer.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -45,9 +44,8 @@ class Store:
         except BaseException:
             _do_instead(state.closing)
             raise
-        stored = self.publish(state.the_job(), result, release=state.claim_keys,
-                              closing=state.closing)  # fmt: skip
-        state.claim_released = True
+        stored, state.claim_released = self._store(state.the_job(), result, state.claim_keys,
+                                                   state.closing)  # fmt: skip
         return stored
 
     def publish(
@@ -63,6 +61,17 @@ class Store:
         In one round trip: what the steps left (``closing``: the lease's release), the queued
         events, the result, and the ``release`` keys deleted after.
         """
+        return self._store(job, result, release, closing)[0]
+
+    def _store(
+        self,
+        job: CallJob,
+        result: ToolResult,
+        release: Sequence[str],
+        closing: Sequence[Closing],
+    ) -> tuple[ToolResult, bool]:
+        """``publish``, and whether the ``release`` keys were deleted."""
+        released = True
         try:
             first = self._publish_once(job, result, release, closing)
         except redis.RedisError as exc:
@@ -73,15 +82,17 @@ class Store:
             first = None
         if first is None:
             first = self._patiently(lambda: self._results.publish(job.turn_id, result))
-            with contextlib.suppress(redis.RedisError):  # else the claim's own expiry does it
+            try:
                 if release:
                     self._results.client.delete(*release)
+            except redis.RedisError:
+                released = False  # the claim step tries once more
         if first:
-            return result
+            return result, released
         stored = self._patiently(lambda: self._results.get(job.call.id))
         self._events.emit("result_dropped", call_id=job.call.id, turn_id=job.turn_id,
                           tool=job.call.name)  # fmt: skip
-        return stored or result
+        return stored or result, released
 
     def _publish_once(
         self,

@@ -174,23 +174,11 @@ class Lease:
 
     def release(self) -> bool:
         """Give the lock back; True if the lease was still held (not expired, not revoked)."""
-        with self._io, self._state:
-            if self._released:
-                return False
-            self._released = True
-        self._keeper.discard(self)
-        try:
-            outcome = self._scripts.release(self.token, "release")
-        except redis.RedisError as exc:
-            raise LockUnavailable(
-                f"Could not release lease {self.token} on lock scope {self.scope!r}: {exc}. "
-                f"The lease ends by itself within {self.lease_ms} ms."
-            ) from exc
-        return outcome is ReleaseOutcome.RELEASED
+        return self._mark_released() and self.release_again()
 
     def release_again(self) -> bool:
-        """Send the release once more, for one queued by ``release_into`` that may not have
-        reached Redis (releasing twice is harmless); True if this one ended the hold."""
+        """Send the release (once more, for one queued by ``release_into`` that may not have
+        reached Redis: releasing twice is harmless); True if this one ended the hold."""
         try:
             outcome = self._scripts.release(self.token, "release")
         except redis.RedisError as exc:
@@ -204,26 +192,25 @@ class Lease:
         """Queue the release on ``pipe``, to go with other commands in one round trip; return
         what reads its reply (True if the lease was still held). A reply that is an error
         (a Redis that lost its scripts, or did not answer) releases it here instead."""
-        with self._io, self._state:
-            if self._released:
-                return lambda _reply: False
-            self._released = True
-        self._keeper.discard(self)
+        if not self._mark_released():
+            return lambda _reply: False
         self._scripts.release_into(pipe, self.token)
 
         def outcome(reply: object) -> bool:
             if isinstance(reply, BaseException):
-                try:
-                    reply = self._scripts.release(self.token, "release")
-                except redis.RedisError as exc:
-                    raise LockUnavailable(
-                        f"Could not release lease {self.token} on lock scope "
-                        f"{self.scope!r}: {exc}. The lease ends by itself within "
-                        f"{self.lease_ms} ms."
-                    ) from exc
+                return self.release_again()
             return self._scripts.release_outcome(reply) is ReleaseOutcome.RELEASED
 
         return outcome
+
+    def _mark_released(self) -> bool:
+        """Mark the lease released and stop renewing it; False if it already was."""
+        with self._io, self._state:
+            if self._released:
+                return False
+            self._released = True
+        self._keeper.discard(self)
+        return True
 
     def __enter__(self) -> Lease:
         return self

@@ -7,8 +7,11 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -26,13 +29,17 @@ from workers.pool._process import run_worker
 from workers.pool._rq_worker import ToolpoolWorker
 
 
-def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
-    client: redis.Redis,
-) -> None:
-    queue = Queue("beats", connection=client, serializer=JSONSerializer)
-    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-beat")
+def _born(client: redis.Redis, queue_name: str, name: str) -> tuple[Queue, ToolpoolWorker]:
+    """A queue and a toolpool worker on it, registered as RQ registers a starting worker."""
+    queue = Queue(queue_name, connection=client, serializer=JSONSerializer)
+    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name=name)
     worker.register_birth()  # type: ignore[no-untyped-call]
-    client.hdel(worker.key, "last_heartbeat")
+    return queue, worker
+
+
+@contextmanager
+def _pipelines_sent(client: redis.Redis) -> Iterator[list[int]]:
+    """Count the pipelines ``client`` opens (RQ sends each of its writes in one)."""
     sent: list[int] = []
     original = client.pipeline
 
@@ -42,14 +49,31 @@ def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
 
     client.pipeline = counting  # type: ignore[method-assign]
     try:
+        yield sent
+    finally:
+        del client.pipeline
+
+
+def _started(worker: ToolpoolWorker, job: Job) -> Any:
+    """RQ's start of ``job`` on ``worker``, as its work loop does; the execution it made."""
+    execution = worker.prepare_execution(job)
+    worker.prepare_job_execution(job)
+    job.started_at = job.ended_at = datetime.now(timezone.utc)
+    return execution
+
+
+def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
+    client: redis.Redis,
+) -> None:
+    _, worker = _born(client, "beats", "w-beat")
+    client.hdel(worker.key, "last_heartbeat")
+    with _pipelines_sent(client) as sent:
         worker.heartbeat()
         first = client.hget(worker.key, "last_heartbeat")
         worker.heartbeat()  # within the second: not sent
         assert client.hget(worker.key, "last_heartbeat") == first
         worker._beat_at -= 2.0  # a second later, as far as the worker knows
         worker.heartbeat()
-    finally:
-        del client.pipeline
     assert first is not None
     assert len(sent) == 2
     assert client.ttl(worker.key) > 0
@@ -76,9 +100,7 @@ def test_only_a_call_of_a_turns_last_batch_skips_the_release_of_dependents(
 def test_idle_goes_with_the_jobs_last_pipeline_and_a_stop_meanwhile_is_warm(
     client: redis.Redis,
 ) -> None:
-    queue = Queue("states", connection=client, serializer=JSONSerializer)
-    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-st")
-    worker.register_birth()  # type: ignore[no-untyped-call]
+    queue, worker = _born(client, "states", "w-st")
     worker.set_state(WorkerStatus.BUSY)
     job = queue.enqueue_call(func=ENTRY_POINT, args=({},))
     with client.pipeline() as pipe:
@@ -142,26 +164,12 @@ def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Pat
 def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
     client: redis.Redis,
 ) -> None:
-    queue = Queue("ends", connection=client, serializer=JSONSerializer)
-    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-end")
-    worker.register_birth()  # type: ignore[no-untyped-call]
-    sent: list[int] = []
-    original = client.pipeline
-
-    def counting(*args: object, **kwargs: object) -> redis.client.Pipeline:
-        sent.append(1)
-        return original(*args, **kwargs)
-
+    queue, worker = _born(client, "ends", "w-end")
     job = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
                              job_id="last", result_ttl=60)  # fmt: skip
-    execution = worker.prepare_execution(job)
-    worker.prepare_job_execution(job)
-    job.started_at = job.ended_at = datetime.now(timezone.utc)
-    client.pipeline = counting  # type: ignore[method-assign]
-    try:
+    execution = _started(worker, job)
+    with _pipelines_sent(client) as sent:
         worker.handle_job_success(job, queue, queue.started_job_registry, execution)
-    finally:
-        del client.pipeline
     assert len(sent) == 1
     assert job.get_status(refresh=True) == JobStatus.FINISHED
     assert "last" in queue.finished_job_registry.get_job_ids()
@@ -172,8 +180,7 @@ def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
 
 
 def test_a_job_marked_last_that_has_a_dependent_still_releases_it(client: redis.Redis) -> None:
-    queue = Queue("ends-dep", connection=client, serializer=JSONSerializer)
-    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-dep")
+    queue, worker = _born(client, "ends-dep", "w-dep")
     parent = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
                                 job_id="parent", result_ttl=60)  # fmt: skip
     after = Dependency(jobs=["parent"], allow_failure=True)
@@ -181,9 +188,7 @@ def test_a_job_marked_last_that_has_a_dependent_still_releases_it(client: redis.
                                depends_on=after)  # fmt: skip
     assert child.get_status(refresh=True) == JobStatus.DEFERRED
     assert queue.pop_job_id() == "parent"  # as a worker's dequeue takes it
-    execution = worker.prepare_execution(parent)
-    worker.prepare_job_execution(parent)
-    parent.started_at = parent.ended_at = datetime.now(timezone.utc)
+    execution = _started(worker, parent)
     worker.handle_job_success(parent, queue, queue.started_job_registry, execution)
     assert child.get_status(refresh=True) == JobStatus.QUEUED
     assert queue.get_job_ids() == ["child"]

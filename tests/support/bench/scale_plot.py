@@ -9,22 +9,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tests.support.bench.figure import save, two_panels
 from tests.support.bench.scale import Cell
 
 
 def plot(path: Path, cells: list[Cell], seconds: float) -> str:
     """Draw the sweep into ``path``; what was done, as a line to print."""
-    try:
-        import matplotlib
+    panels = two_panels(path)
+    if isinstance(panels, str):
+        return panels
+    figure, left, right = panels
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-    except ImportError:
-        return (
-            f"no figure: matplotlib is not installed (pip install matplotlib); {path} not written"
-        )
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     workers = sorted({c.workers for c in cells})
     for index, turn in enumerate(sorted({c.turn for c in cells})):
         row = sorted((c for c in cells if c.turn == turn), key=lambda c: c.workers)
@@ -49,13 +45,7 @@ def plot(path: Path, cells: list[Cell], seconds: float) -> str:
     right.set_ylabel("latency per call, ms (log scale)")
     right.set_title("latency, a call's turn submitted -> collected: p50 (o), p99 (x)", fontsize=9)
     right.legend(fontsize=7, loc="best", ncol=2)
-    figure.suptitle(
-        f"toolpool scale sweep ({os.cpu_count()} cores, one machine; {seconds:g} s a cell, "
-        "closed-loop agents, 2 calls a worker in flight)",
-        fontsize=10,
-    )
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return f"figure written to {path}"
+    return save(
+        figure, path, f"toolpool scale sweep ({os.cpu_count()} cores, one machine; {seconds:g} s "
+        "a cell, closed-loop agents, 2 calls a worker in flight)",
+    )  # fmt: skip

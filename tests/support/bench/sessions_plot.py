@@ -10,6 +10,7 @@ import os
 import statistics
 from pathlib import Path
 
+from tests.support.bench.figure import save, two_panels
 from tests.support.bench.sessions import (
     CALLS,
     HEADLINE_AGENTS,
@@ -23,16 +24,10 @@ from tests.support.bench.sessions import (
 
 def plot(path: Path, headline: dict[int, list[Measured]], sweep: list[Measured]) -> str:
     """Draw the headline and the sweep into ``path``; what was done, as a line to print."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return (
-            f"no figure: matplotlib is not installed (pip install matplotlib); {path} not written"
-        )
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    panels = two_panels(path)
+    if isinstance(panels, str):
+        return panels
+    figure, left, right = panels
     labels = ["no sessions\n(one lock scope)", f"{HEADLINE_AGENTS} sessions"]
     walls = [statistics.median(m.wall_s for m in headline[s]) for s in (0, HEADLINE_AGENTS)]
     ideal = headline[HEADLINE_AGENTS][0].shape.ideal_s
@@ -66,9 +61,4 @@ def plot(path: Path, headline: dict[int, list[Measured]], sweep: list[Measured])
     left.set_title(f"sweep: an agent a session, {CALLS} x sleep {SLEEP_S:g} each; one run a cell",
                    fontsize=9)  # fmt: skip
     left.legend(fontsize=8, loc="lower left")
-    figure.suptitle(f"toolpool sessions ({os.cpu_count()} cores, one machine)", fontsize=10)
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return f"figure written to {path}"
+    return save(figure, path, f"toolpool sessions ({os.cpu_count()} cores, one machine)")

@@ -10,7 +10,7 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from executor import Settings, ToolContext, ToolResult, TruncationPolicy
 from executor.contract import Workspace
 from tests.support.expect import ok, tool_error
+from tests.support.files import write_tree
 from tests.support.waiting import gone, wait_for
 from workers.tools import _ripgrep, search
 from workers.tools._grep_proc import SearchCancelled
@@ -39,16 +40,6 @@ pytestmark = pytest.mark.skipif(RG is None, reason="no rg binary (the ripgrep wh
 def _rg() -> str:
     assert RG is not None
     return RG
-
-
-def _tree(root: Path, files: Mapping[str, str | bytes]) -> None:
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
 
 
 @pytest.fixture
@@ -144,7 +135,7 @@ class _file:
 
 @pytest.fixture
 def mixed_tree(workspace: Workspace) -> Path:
-    _tree(
+    write_tree(
         workspace.root,
         {
             ".gitignore": "build/\n*.log\n",
@@ -209,7 +200,7 @@ def test_the_first_fifty_in_name_order_after_the_sorted_restart(
     run_tool: RunTool, workspace: Workspace, first_run: str
 ) -> None:
     # 3000 matching lines: past the parallel search's 2000, so grep restarts sorted.
-    _tree(workspace.root, {f"d{i:02d}/f.txt": "match\n" * 50 for i in reversed(range(60))})
+    write_tree(workspace.root, {f"d{i:02d}/f.txt": "match\n" * 50 for i in reversed(range(60))})
     lines = ok(run_tool(grep, _settings=UNCUT, pattern="match")).splitlines()
     assert lines[:GREP_MAX_MATCHES] == [f"d00/f.txt:{n}: match" for n in range(1, 51)]
     assert lines[-1].startswith("... (results capped at 50")
@@ -221,7 +212,7 @@ def test_either_run_gives_the_same_fifty_lines(
     # Names whose order differs between whole paths and folder by folder ("a.py" < "a/x.py"
     # as strings), upper case before lower, and a name past ASCII.
     names = ["a.py", "a/x.py", "a-b.txt", "ab.txt", "B.txt", "\u00e9.txt", "a/b/c.txt", "_u.txt"]
-    _tree(workspace.root, dict.fromkeys(names, "hit\n" * 9))
+    write_tree(workspace.root, dict.fromkeys(names, "hit\n" * 9))
     expected = [
         f"{name}:{n}: hit"
         for name in ["B.txt", "_u.txt", "a/b/c.txt", "a/x.py", "a-b.txt", "a.py"]
@@ -236,7 +227,7 @@ def test_either_run_gives_the_same_fifty_lines(
 def test_the_walk_that_names_skipped_paths_ends_with_the_call(
     run_tool: RunTool, workspace: Workspace, first_run: str
 ) -> None:
-    _tree(workspace.root, {".hidden/a.txt": "needle\n", "b.txt": "needle\n", "c.png": "x"})
+    write_tree(workspace.root, {".hidden/a.txt": "needle\n", "b.txt": "needle\n", "c.png": "x"})
     assert ok(run_tool(grep, pattern="needle")) == "b.txt:1: needle"
     assert ok(run_tool(grep, pattern="nothing")) == (
         'No matches for "nothing" in . (skipped 1 hidden or ignored path: .hidden/; '
@@ -253,7 +244,7 @@ def test_ignore_files_above_the_workspace_are_not_read(
 ) -> None:
     (workspace.root.parent / ".gitignore").write_text("*.txt\nws/\n")
     (workspace.root.parent / ".ignore").write_text("*\n")
-    _tree(workspace.root, {"a.txt": "needle", "sub/b.txt": "needle"})
+    write_tree(workspace.root, {"a.txt": "needle", "sub/b.txt": "needle"})
     assert ok(run_tool(grep, pattern="needle")) == "a.txt:1: needle\nsub/b.txt:1: needle"
     assert ok(run_tool(grep, pattern="needle", path="sub")) == "sub/b.txt:1: needle"
 
@@ -262,7 +253,7 @@ def test_an_ignore_file_that_is_a_link_is_not_read(
     run_tool: RunTool, workspace: Workspace, tmp_path: Path
 ) -> None:
     (tmp_path / "rules").write_text("*.txt\n")
-    _tree(workspace.root, {"sub/a.txt": "needle"})
+    write_tree(workspace.root, {"sub/a.txt": "needle"})
     (workspace.root / ".gitignore").symlink_to(tmp_path / "rules")
     # Not from an ancestor folder (rg's own walk reads the searched folder's, link or not).
     assert ok(run_tool(grep, pattern="needle", path="sub")) == "sub/a.txt:1: needle"
@@ -334,7 +325,7 @@ def test_rg_is_killed_when_the_call_is_cancelled(blocked_stdin: int) -> None:
 def test_a_timeout_on_rg_gives_no_backtracking_advice(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _tree(workspace.root, {"a.txt": "x\n"})
+    write_tree(workspace.root, {"a.txt": "x\n"})
 
     def slow(*_: object, **__: object) -> Findings:
         raise RgOverBudget("", 29.0)
@@ -370,7 +361,7 @@ def test_rg_is_found_next_to_the_interpreter_if_recent_enough(
 def test_without_rg_the_tool_still_answers(
     run_tool: RunTool, workspace: Workspace, no_rg: None
 ) -> None:
-    _tree(workspace.root, {"a.txt": "needle\n", ".hidden/b.txt": "needle\n"})
+    write_tree(workspace.root, {"a.txt": "needle\n", ".hidden/b.txt": "needle\n"})
     assert ok(run_tool(grep, pattern="needle")) == "a.txt:1: needle"
     assert "Invalid regular expression" in tool_error(run_tool(grep, pattern="a["))
 

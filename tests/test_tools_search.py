@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from executor import (
 )
 from executor.contract import Workspace
 from tests.support.expect import ok, tool_error
+from tests.support.files import write_tree
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools._grep_search import search
 from workers.tools._prefilter import ASCII_CASE_PARTNERS, LiteralPrefilter
@@ -44,16 +45,6 @@ from workers.tools.search import (
 RunTool = Callable[..., ToolResult]
 # Results as the tool wrote them, not cut by the runner's 3000-character policy.
 UNCUT = Settings(truncation=TruncationPolicy(default_max_chars=10**6, global_cap=10**6))
-
-
-def _tree(root: Path, files: Mapping[str, str | bytes]) -> None:
-    for name, content in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8")
 
 
 def _lines(result: ToolResult) -> list[str]:
@@ -74,7 +65,7 @@ def test_both_tools_are_declared_safe_and_read_only() -> None:
 
 @pytest.fixture
 def code_tree(workspace: Workspace) -> Path:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "main.py": "",
@@ -128,7 +119,7 @@ def test_glob_braces_including_nested_and_across_directories(
 
 
 def test_glob_brace_ranges_expand_as_in_bash(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(workspace.root, {f"v{n}/x.txt": "" for n in range(1, 6)} | {"logs/b.log": ""})
+    write_tree(workspace.root, {f"v{n}/x.txt": "" for n in range(1, 6)} | {"logs/b.log": ""})
     assert _lines(run_tool(glob, pattern="v{2..4}/*.txt")) == [
         "v2/x.txt",
         "v3/x.txt",
@@ -143,7 +134,7 @@ def test_glob_brace_ranges_expand_as_in_bash(run_tool: RunTool, workspace: Works
 
 
 def test_glob_question_mark_and_character_classes(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(workspace.root, {"a1.txt": "", "a2.txt": "", "ab.txt": "", "a10.txt": ""})
+    write_tree(workspace.root, {"a1.txt": "", "a2.txt": "", "ab.txt": "", "a10.txt": ""})
     assert _lines(run_tool(glob, pattern="a?.txt")) == ["a1.txt", "a2.txt", "ab.txt"]
     assert _lines(run_tool(glob, pattern="a[0-9].txt")) == ["a1.txt", "a2.txt"]
     assert _lines(run_tool(glob, pattern="a[!0-9].txt")) == ["ab.txt"]
@@ -162,7 +153,7 @@ def test_glob_results_are_relative_to_the_workspace_root(
 def test_glob_skips_node_modules_git_and_hidden_entries(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "index.js": "",
@@ -186,8 +177,8 @@ def test_glob_does_not_follow_or_list_symbolic_links(
     run_tool: RunTool, workspace: Workspace, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
-    _tree(outside, {"secret.py": "password = 1"})
-    _tree(workspace.root, {"real/a.py": ""})
+    write_tree(outside, {"secret.py": "password = 1"})
+    write_tree(workspace.root, {"real/a.py": ""})
     (workspace.root / "linked_dir").symlink_to(workspace.root / "real", target_is_directory=True)
     (workspace.root / "outside_dir").symlink_to(outside, target_is_directory=True)
     (workspace.root / "leak.py").symlink_to(outside / "secret.py")
@@ -198,7 +189,7 @@ def test_glob_caps_the_list_and_says_how_many_more_matched(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
     total = GLOB_MAX_RESULTS + 37
-    _tree(workspace.root, {f"logs/f{i:03d}.log": "" for i in reversed(range(total))})
+    write_tree(workspace.root, {f"logs/f{i:03d}.log": "" for i in reversed(range(total))})
     lines = _lines(run_tool(glob, _settings=UNCUT, pattern="logs/*.log"))
     assert len(lines) == GLOB_MAX_RESULTS + 1
     assert lines[0] == "logs/f000.log"
@@ -243,7 +234,7 @@ def test_glob_refuses_a_path_outside_the_workspace(run_tool: RunTool, code_tree:
 def test_grep_reports_path_line_and_right_stripped_text(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "b.py": "x = 1\nimport os   \n",
@@ -263,19 +254,19 @@ def test_grep_reports_path_line_and_right_stripped_text(
 def test_grep_matches_within_a_line_not_across_lines(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(workspace.root, {"a.txt": "foo\nbar\nfoo  bar\n"})
+    write_tree(workspace.root, {"a.txt": "foo\nbar\nfoo  bar\n"})
     assert _lines(run_tool(grep, pattern=r"foo\s+bar")) == ["a.txt:3: foo  bar"]
 
 
 def test_grep_reports_each_matching_line_once(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(workspace.root, {"a.txt": "aaa aaa\r\nb\na\n"})
+    write_tree(workspace.root, {"a.txt": "aaa aaa\r\nb\na\n"})
     assert _lines(run_tool(grep, pattern="a")) == ["a.txt:1: aaa aaa", "a.txt:3: a"]
 
 
 def test_grep_skips_node_modules_git_and_dist_at_any_depth(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "src/app.js": "needle",
@@ -295,7 +286,7 @@ def test_grep_skips_node_modules_git_and_dist_at_any_depth(
 def test_grep_skips_binary_files_by_extension_and_by_content(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "image.PNG": "needle in a picture",
@@ -320,8 +311,8 @@ def test_grep_does_not_follow_symbolic_links(
     run_tool: RunTool, workspace: Workspace, tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
-    _tree(outside, {"secret.txt": "needle"})
-    _tree(workspace.root, {"real/a.txt": "needle"})
+    write_tree(outside, {"secret.txt": "needle"})
+    write_tree(workspace.root, {"real/a.txt": "needle"})
     (workspace.root / "linked_dir").symlink_to(workspace.root / "real", target_is_directory=True)
     (workspace.root / "outside_dir").symlink_to(outside, target_is_directory=True)
     (workspace.root / "leak.txt").symlink_to(outside / "secret.txt")
@@ -330,7 +321,7 @@ def test_grep_does_not_follow_symbolic_links(
 
 
 def test_grep_stops_at_50_matches_with_a_note(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             "a.txt": "match\n" * 30,
@@ -349,7 +340,7 @@ def test_grep_cuts_a_very_long_line_around_the_match(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
     minified = "a" * 3000 + "NEEDLE" + "b" * 2000
-    _tree(workspace.root, {"app.min.js": minified + "\nshort needle\n"})
+    write_tree(workspace.root, {"app.min.js": minified + "\nshort needle\n"})
     first, second = _lines(run_tool(grep, _settings=UNCUT, pattern="needle"))
     assert first.startswith("app.min.js:1: ...a")
     assert "NEEDLE" in first
@@ -359,7 +350,7 @@ def test_grep_cuts_a_very_long_line_around_the_match(
 
 
 def test_grep_says_clearly_when_nothing_matches(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(workspace.root, {"src/a.py": "pass\n"})
+    write_tree(workspace.root, {"src/a.py": "pass\n"})
     assert ok(run_tool(grep, pattern="zzz")) == 'No matches for "zzz" in .'
     assert ok(run_tool(grep, pattern="zzz", path="src")) == 'No matches for "zzz" in src'
 
@@ -367,7 +358,9 @@ def test_grep_says_clearly_when_nothing_matches(run_tool: RunTool, workspace: Wo
 def test_grep_skips_files_over_the_size_limit_and_says_so(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(workspace.root, {"big.log": b"needle\n" + b"x" * GREP_MAX_FILE_BYTES, "a.txt": "needle"})
+    write_tree(
+        workspace.root, {"big.log": b"needle\n" + b"x" * GREP_MAX_FILE_BYTES, "a.txt": "needle"}
+    )
     # rg skips a tree's large files without naming them; one named as path is refused.
     assert _lines(run_tool(grep, pattern="needle")) == ["a.txt:1: needle"]
     assert "larger than 10 MB" in tool_error(run_tool(grep, pattern="needle", path="big.log"))
@@ -376,7 +369,7 @@ def test_grep_skips_files_over_the_size_limit_and_says_so(
 def test_grep_decodes_invalid_utf8_instead_of_failing(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(workspace.root, {"latin1.txt": "café needle\n".encode("latin-1")})
+    write_tree(workspace.root, {"latin1.txt": "café needle\n".encode("latin-1")})
     assert _lines(run_tool(grep, pattern="needle")) == ["latin1.txt:1: caf\ufffd needle"]
 
 
@@ -385,7 +378,7 @@ def test_grep_matches_case_insensitively_beyond_ascii(
 ) -> None:
     # re.IGNORECASE equates the Kelvin sign with k and the long s with s: the literal
     # prefilter must not skip these files.
-    _tree(
+    write_tree(
         workspace.root,
         {
             "kelvin.txt": "300 \u212aelvin\n",
@@ -421,7 +414,7 @@ def test_grep_refuses_missing_and_outside_paths(run_tool: RunTool, workspace: Wo
 
 
 def test_grep_stops_walking_once_the_call_is_cancelled(workspace: Workspace) -> None:
-    _tree(workspace.root, {f"d{i}/f.txt": "needle" for i in range(20)})
+    write_tree(workspace.root, {f"d{i}/f.txt": "needle" for i in range(20)})
     cancelled = threading.Event()
     env = CallEnvironment(workspace=workspace, cancelled=cancelled)
     call = ToolCall(name="grep", arguments={"pattern": "needle"})
@@ -440,7 +433,7 @@ def test_grep_stops_walking_once_the_call_is_cancelled(workspace: Workspace) -> 
 @pytest.fixture
 def python_project(workspace: Workspace) -> Path:
     """A Python project as an agent meets it: its code, two virtual environments, build output."""
-    _tree(
+    write_tree(
         workspace.root,
         {
             ".gitignore": "venv/\nbuild/\n*.egg-info/\n__pycache__/\n",
@@ -501,7 +494,7 @@ def test_grep_says_what_it_skipped_when_nothing_matches(
 
 
 def test_grep_follows_gitignore_rules(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             ".gitignore": (
@@ -550,7 +543,7 @@ def test_grep_follows_gitignore_rules(run_tool: RunTool, workspace: Workspace) -
 def test_grep_lets_deeper_ignore_files_and_dot_ignore_win(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    _tree(
+    write_tree(
         workspace.root,
         {
             ".gitignore": "*.log\nsecret/\n",
@@ -824,6 +817,6 @@ def test_prefilter_never_skips_a_text_the_regex_matches(pieces: list[str], text:
 
 
 def test_search_paths_stay_inside_the_tree_given(run_tool: RunTool, workspace: Workspace) -> None:
-    _tree(workspace.root, {"one/a.txt": "needle", "two/a.txt": "needle"})
+    write_tree(workspace.root, {"one/a.txt": "needle", "two/a.txt": "needle"})
     assert _lines(run_tool(grep, pattern="needle", path="two")) == ["two/a.txt:1: needle"]
     assert _lines(run_tool(glob, pattern="**/a.txt", path="one")) == ["one/a.txt"]

@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from workers.tools._prefilter import LiteralPrefilter
-from workers.tools._walk import Ignores, Skipped, ignores_at, join_relative, walk_files
+from workers.tools._walk import (
+    Ignores,
+    Skipped,
+    ignores_at,
+    join_relative,
+    open_regular,
+    walk_files,
+)
 
 GREP_MAX_MATCHES = 50
 GREP_SKIPPED_DIRS = frozenset({"node_modules", ".git", "dist"})
@@ -161,21 +167,18 @@ class _FileSearch:
             match = regex.search(text, end + 1)
 
     def _read(self, path: str, shown: str) -> bytes | None:
-        try:
-            # O_NOFOLLOW: the file may have been swapped for a link since the walk saw it.
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
+        # Not through a link: the file may have been swapped for one since the walk saw it.
+        with open_regular(path) as opened:
+            if opened is None:
                 return None
+            fd, info = opened
             if info.st_size > GREP_MAX_FILE_BYTES:
                 self._too_large(shown)
                 return None
             try:
                 # One byte more than the cap: a file that grew past it since fstat is skipped.
-                data = handle.read(GREP_MAX_FILE_BYTES + 1)
+                with os.fdopen(fd, "rb", closefd=False) as handle:
+                    data = handle.read(GREP_MAX_FILE_BYTES + 1)
             except OSError:
                 return None
         if len(data) > GREP_MAX_FILE_BYTES:

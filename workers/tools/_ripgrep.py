@@ -52,7 +52,14 @@ from workers.tools._grep_search import (
     binary_name,
     cut_line,
 )
-from workers.tools._walk import IGNORE_FILES, Skipped, ignores_at, join_relative, walk_files
+from workers.tools._walk import (
+    IGNORE_FILES,
+    Skipped,
+    ignores_at,
+    join_relative,
+    open_regular,
+    walk_files,
+)
 
 # Past this many lines from the parallel search, sorting them all costs more than a sorted
 # search that stops at the cap.
@@ -116,14 +123,10 @@ def search_file(
 ) -> Findings:
     """Search the single file at ``base`` (shown to the model as ``shown``)."""
     found = Findings(current=shown)
-    try:
-        fd = os.open(base, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return found
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+    with open_regular(base) as opened:
+        if opened is None:
             return found
+        fd, info = opened
         if info.st_size > GREP_MAX_FILE_BYTES:
             found.too_large, found.large_count, found.large_files = True, 1, [shown]
             return found
@@ -132,8 +135,6 @@ def search_file(
             return found
         command = [rg, *_COMMON, "--text", "--regexp", regex, "-"]
         run = _run(command, budget, cancelled, stdin=fd, prefix=b"", current=shown)
-    finally:
-        os.close(fd)
     found.matches = [f"{shown}:{number}: {text}" for _, number, text in run.lines]
     return found
 

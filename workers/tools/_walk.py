@@ -15,6 +15,7 @@ imports only the standard library, as grep's helper process (``_grep_proc``) mus
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -220,17 +221,32 @@ _CACHE_SIZE = 256
 _CACHE_LOCK = threading.Lock()
 
 
-def load_ignore_file(path: str) -> IgnoreFile | None:
-    """The rules of the ignore file at ``path``, or None if it is no readable regular file."""
+@contextlib.contextmanager
+def open_regular(path: str) -> Iterator[tuple[int, os.stat_result] | None]:
+    """The regular file at ``path``, open for reading, and its status; None if it is missing,
+    unreadable, not a regular file, or a symbolic link (never followed: it may lead out of the
+    workspace, or have replaced the file since a walk saw it). Closed when the block ends."""
     try:
-        # O_NOFOLLOW: an ignore file that is a link (perhaps to outside) is not read.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return None
+        yield None
+        return
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        try:
+            info: os.stat_result | None = os.fstat(fd)
+        except OSError:
+            info = None
+        yield (fd, info) if info is not None and stat.S_ISREG(info.st_mode) else None
+    finally:
+        os.close(fd)
+
+
+def load_ignore_file(path: str) -> IgnoreFile | None:
+    """The rules of the ignore file at ``path``, or None if it is no readable regular file."""
+    with open_regular(path) as opened:
+        if opened is None:
             return None
+        fd, info = opened
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         with _CACHE_LOCK:
             cached = _CACHE.get(key)
@@ -238,13 +254,12 @@ def load_ignore_file(path: str) -> IgnoreFile | None:
             return cached
         chunks: list[bytes] = []
         left = MAX_IGNORE_FILE_BYTES
-        while left > 0 and (chunk := os.read(fd, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+        try:
+            while left > 0 and (chunk := os.read(fd, left)):
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError:
+            return None
     rules = IgnoreFile(b"".join(chunks).decode("utf-8", errors="replace"))
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:

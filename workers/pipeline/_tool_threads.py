@@ -59,7 +59,7 @@ class ToolThreads:
         return task
 
     def idle(self) -> int:
-        """How many threads wait for a task (for tests and the benchmark)."""
+        """How many threads wait for a task."""
         with self._guard:
             return len(self._idle)
 

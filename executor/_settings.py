@@ -12,6 +12,14 @@ from urllib.parse import urlsplit, urlunsplit
 from executor._errors import ConfigurationError
 
 ENV_PREFIX = "TOOLPOOL_"
+BASH_SANDBOX_MODES = ("off", "auto", "required")
+# The worker's home and everyone's, host secrets, and sockets of local services (/run): hidden
+# from sandboxed commands. The ~/... entries matter when the workspace is the home itself.
+DEFAULT_BASH_HIDE = (
+    "~ /root /home /run /var/run /etc/shadow /etc/gshadow /etc/ssh /etc/sudoers "
+    "/etc/sudoers.d ~/.ssh ~/.aws ~/.azure ~/.config/gcloud ~/.kube ~/.docker ~/.netrc "
+    "~/.gnupg ~/.git-credentials ~/.pypirc"
+)
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,20 @@ class Settings:
     # Space-separated names (or fnmatch patterns) of worker environment variables that bash
     # commands get on top of the built-in allow-list; everything else stays with the worker.
     bash_env: str = ""
+    # bash's sandbox (docs/sandbox.md): "off", "auto" (bubblewrap where it works, else
+    # unconfined with a warning at worker start) or "required" (never unconfined).
+    bash_sandbox: str = "auto"
+    bash_network: bool = False
+    # Space-separated paths sandboxed commands do not see (~ is the worker's home); the
+    # worker's pool workspace and sessions root are hidden too, but for the call's own folder.
+    bash_hide: str = DEFAULT_BASH_HIDE
+    # Limits on one command; 0 turns one off. Processes, memory and the CPU time of all its
+    # processes together need a cgroup the worker can write (docs/sandbox.md#limits).
+    bash_cpu_seconds: float = 300.0
+    bash_memory_mb: int = 2048
+    bash_max_processes: int = 512
+    bash_file_size_mb: int = 1024
+    bash_tmp_mb: int = 512
     # Sessions: a worker with a sessions root serves session S in sessions_root/S, on the
     # queue of its host (default: the machine's host name). ``session`` is the client's
     # default session (TOOLPOOL_SESSION); a created session expires after this idle time.
@@ -86,6 +108,19 @@ class Settings:
     weather_url: str = "https://api.open-meteo.com"
     geocoding_url: str = "https://geocoding-api.open-meteo.com"
     http_timeout: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.bash_sandbox not in BASH_SANDBOX_MODES:
+            raise ConfigurationError(
+                f"bash_sandbox must be one of {', '.join(BASH_SANDBOX_MODES)}, got "
+                f"{self.bash_sandbox!r}"
+            )
+        for name in ("bash_cpu_seconds", "bash_memory_mb", "bash_max_processes",
+                     "bash_file_size_mb", "bash_tmp_mb"):  # fmt: skip
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"{name} must be 0 (no limit) or more, got {getattr(self, name)}"
+                )
 
     def with_changes(self, **changes: Any) -> Settings:
         """A copy with some fields replaced."""

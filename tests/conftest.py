@@ -16,6 +16,7 @@ import redis
 from executor import Settings, Tool, ToolCall, ToolRegistry, ToolResult
 from executor.contract import Workspace
 from tests.support.procs import MakeWorkers, Workers
+from tests.support.sandbox import require_sandbox
 from workers._embedded_redis import RedisServer
 from workers.pipeline._runner import CallEnvironment, run_call
 
@@ -34,6 +35,16 @@ def workspace(tmp_path: Path) -> Workspace:
 def settings() -> Settings:
     """Default settings; tests that need others build their own with ``with_changes``."""
     return Settings()
+
+
+@pytest.fixture(params=["off", "required"])
+def sandbox_mode(request: pytest.FixtureRequest) -> str:
+    """Each bash sandbox mode in turn: unconfined, then sandboxed (skipped, saying why, where
+    bubblewrap is missing or the kernel refuses it)."""
+    mode: str = request.param
+    if mode == "required":
+        require_sandbox()
+    return mode
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from executor import ToolContext
+from executor import Settings, ToolContext
 from executor.contract import Workspace
-from workers.tools import shell
+from workers.tools import _confine, shell
+from workers.tools._cgroup import Cgroups
 from workers.tools.shell import bash
 
 _PAIRS = 30
@@ -87,8 +88,11 @@ def _extra_ms(tool: Callable[[], str], reference: Callable[[], str], label: str)
 
 
 @pytest.fixture
-def context(workspace: Workspace) -> ToolContext:
-    return ToolContext(workspace=workspace)
+def context(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> ToolContext:
+    # The tool's own loop against subprocess.run, so no sandbox and no cgroup (on some kernels
+    # a sleeping process in a cgroup wakes late); scripts/bench_sandbox.py measures their cost.
+    monkeypatch.setattr(_confine, "find_cgroups", lambda: Cgroups(None, None, None))
+    return ToolContext(workspace=workspace, settings=Settings(bash_sandbox="off"))
 
 
 @pytest.mark.parametrize(

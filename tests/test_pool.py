@@ -30,6 +30,7 @@ from executor.client import Executor
 from executor.contract import ToolRegistry, Workspace, load_registry
 from executor.lock import RWLock
 from executor.wire import Event, Keys, read_events
+from tests.support.pids import ancestors, processes_with, sleep_marker
 from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
 from workers.pool._pool import PoolChild, WorkerPool, settings_environment
@@ -152,14 +153,14 @@ def test_two_workers_serve_a_turn_in_parallel(pool: WorkerPool, executor: Execut
 def test_killed_worker_is_answered_cleaned_up_and_replaced(
     pool: WorkerPool, executor: Executor, settings: Settings, workspace: Workspace
 ) -> None:
-    command = "echo $$ > pid.txt; exec sleep 30"
+    marker = sleep_marker()
+    command = f"touch started; exec sleep {marker}"
     turn = executor.submit(
         [{"id": "long", "name": "bash", "arguments": {"command": command}},
          {"id": "after", "name": "list_directory", "arguments": {}}]
     )  # fmt: skip
-    pid_file = workspace.root / "pid.txt"
-    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), "bash to start")
-    bash_pid = int(pid_file.read_text())
+    # Found by its command line: a sandboxed command's own $$ is its PID namespace's.
+    wait_for(lambda: len(processes_with(marker)) == 1, "bash to start")
     victim = running_child(pool, executor.client, executor.keys)
     assert victim.pid is not None
 
@@ -179,7 +180,7 @@ def test_killed_worker_is_answered_cleaned_up_and_replaced(
         assert lock.status().holders == ()
     finally:
         lock.close()
-    wait_for(lambda: gone(bash_pid), "the dead worker's bash command to be killed", timeout=5)
+    wait_for(lambda: not processes_with(marker), "the dead worker's command to end", timeout=5)
     (event,) = events_of(executor, "call_lost")
     assert (event.call_id, event.worker, event.data["by"]) == ("long", victim.name, "pool")
 
@@ -200,15 +201,19 @@ def test_forked_work_horse_of_a_killed_worker_is_killed_too(
     pool = start_pool(settings, tools_path, workers=1, forking=True)
     try:
         pool.wait_ready()
-        command = "echo $PPID > horse.txt; echo $$ > bash.txt; exec sleep 30"
+        marker = sleep_marker()
+        command = f"exec sleep {marker}"
         turn = executor.submit([{"id": "slow", "name": "bash", "arguments": {"command": command}}])
-        bash_file = workspace.root / "bash.txt"
-        wait_for(lambda: bash_file.exists() and bash_file.read_text().strip(), "bash to start")
-        horse_pid = int((workspace.root / "horse.txt").read_text())
-        bash_pid = int(bash_file.read_text())
+        wait_for(lambda: len(processes_with(marker)) == 1, "bash to start")
+        (bash_pid,) = processes_with(marker)
         (victim,) = pool.children
         assert victim.pid is not None
-        assert horse_pid != victim.pid, "the forking worker runs each call in a child"
+        # The work horse: the worker's child that started the command (a sandbox in between).
+        chain = ancestors(bash_pid)
+        assert victim.pid in chain, "the command runs under the worker"
+        horse_pid = chain[chain.index(victim.pid) - 1]
+        horse = Path(f"/proc/{horse_pid}/comm").read_text().strip()
+        assert horse not in ("bash", "bwrap", "sh"), "the forking worker runs each call in a child"
 
         os.kill(victim.pid, signal.SIGKILL)
         (lost,) = executor.collect(turn, timeout=PATIENCE_S)

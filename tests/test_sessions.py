@@ -199,9 +199,10 @@ def test_file_tools_of_one_session_cannot_reach_another_sessions_files(
 def test_bash_cd_into_another_session_is_not_kept_for_the_next_call(
     h1: Settings, make_workers: MakeWorkers, sessions: Sessions
 ) -> None:
-    # bash is not confined (no sandbox, a separate issue): a command may cd into B and read
-    # there. What a session guarantees is that its kept state never starts the next call
-    # outside its own folder, whichever worker runs it.
+    # Unsandboxed, a command may cd into B and read there (in the sandbox B is not there at
+    # all: test_sandbox.py). What a session guarantees either way is that its kept state never
+    # starts the next call outside its own folder, whichever worker runs it.
+    h1 = h1.with_changes(bash_sandbox="off")
     make_workers(h1).start(2)
     sessions.create("A")
     sessions.create("AB")

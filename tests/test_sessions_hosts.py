@@ -35,6 +35,7 @@ import redis
 
 from executor import ErrorType, Executor, Sessions, Settings, ToolCall, ToolResult, ToolStatus
 from tests.support.netns import Host, Hosts, isolated_hosts
+from tests.support.pids import processes_where
 from tests.support.ports import free_port
 from tests.support.procs import events, python_path_env, wait_for_event
 from tests.support.waiting import gone, wait_for
@@ -489,14 +490,4 @@ def _descendants(pid: int) -> list[int]:
 def _marked(marker: str) -> list[int]:
     """The processes whose environment carries this pool's marker."""
     needle = f"{_MARKER}={marker}".encode()
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    return processes_where("environ", lambda environ: needle in environ.split(b"\0"))

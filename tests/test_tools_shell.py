@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,39 +22,12 @@ from executor import (
 )
 from executor.contract import Workspace
 from tests.support.expect import tool_error
+from tests.support.pids import sleep_marker, survivors
+from tests.support.sandbox import settings_for_mode
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools.shell import bash
 
 RunTool = Callable[..., ToolResult]
-
-
-def _marker() -> str:
-    """A sleep duration no other process on the machine uses, to find ours in /proc."""
-    return f"300.{uuid.uuid4().int % 10**9:09d}"
-
-
-def _processes_with(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-def _survivors(marker: str, within: float = 5.0) -> list[int]:
-    """PIDs still running ``marker`` once ``within`` seconds have passed (none: at once)."""
-    deadline = time.monotonic() + within
-    while True:
-        left = _processes_with(marker)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.02)
 
 
 def _wait_for(condition: threading.Event | Path, within: float = 10.0) -> None:
@@ -77,6 +49,11 @@ def _invoke(context: ToolContext, **arguments: object) -> str:
 @pytest.fixture
 def context(workspace: Workspace) -> ToolContext:
     return ToolContext(workspace=workspace)
+
+
+@pytest.fixture
+def mode_context(workspace: Workspace, sandbox_mode: str) -> ToolContext:
+    return ToolContext(workspace=workspace, settings=settings_for_mode(sandbox_mode))
 
 
 @pytest.fixture(autouse=True)
@@ -106,11 +83,17 @@ def test_success_without_output_says_so(run_tool: RunTool) -> None:
     assert result.content == "exit code: 0\n(no output)"
 
 
-def test_exit_by_signal_is_named(run_tool: RunTool) -> None:
-    result = run_tool(bash, command="echo before; kill -KILL $$")
+def test_exit_by_signal_is_named(run_tool: RunTool, sandbox_mode: str) -> None:
+    result = run_tool(
+        bash, _settings=settings_for_mode(sandbox_mode), command="echo before; kill -KILL $$"
+    )
 
     assert result.status is ToolStatus.OK
-    assert result.content.startswith("killed by signal SIGKILL\nstdout:\nbefore")
+    # The sandbox reports a killed shell as a shell reports a killed command: 128 + 9.
+    first = "killed by signal SIGKILL" if sandbox_mode == "off" else "exit code: 137"
+    assert result.content.startswith(first)
+    assert "SIGKILL" in result.content.splitlines()[0]
+    assert "\nstdout:\nbefore" in result.content
 
 
 def test_runs_in_the_workspace_root(run_tool: RunTool, workspace: Workspace) -> None:
@@ -134,40 +117,56 @@ def test_output_is_decoded_with_replacement(run_tool: RunTool) -> None:
     assert result.content == "exit code: 0\nstdout:\ncafé \ufffd!"
 
 
-def test_timeout_kills_the_whole_process_group(run_tool: RunTool) -> None:
-    marker = _marker()
+def test_timeout_kills_the_whole_process_group(run_tool: RunTool, sandbox_mode: str) -> None:
+    marker = sleep_marker()
 
     result = run_tool(
-        bash, command=f"echo started; sleep {marker} & sleep {marker} & sleep {marker}", timeout=1
+        bash,
+        _settings=settings_for_mode(sandbox_mode),
+        command=f"echo started; sleep {marker} & sleep {marker} & sleep {marker}",
+        timeout=1,
     )
 
     assert result.status is ToolStatus.ERROR
     assert result.error_type is ErrorType.TOOL_ERROR
     assert "timed out after 1 s" in result.content
     assert "started" in result.content  # the partial output is kept
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
-def test_process_ignoring_sigterm_still_dies_on_timeout(run_tool: RunTool) -> None:
-    marker = _marker()
+def test_process_ignoring_sigterm_still_dies_on_timeout(
+    run_tool: RunTool, sandbox_mode: str
+) -> None:
+    marker = sleep_marker()
 
-    result = run_tool(bash, command=f"trap '' TERM; sleep {marker}; echo never", timeout=1)
+    result = run_tool(
+        bash,
+        _settings=settings_for_mode(sandbox_mode),
+        command=f"trap '' TERM; sleep {marker}; echo never",
+        timeout=1,
+    )
 
     assert result.status is ToolStatus.ERROR
     assert "timed out after 1 s" in result.content
     assert "never" not in result.content
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
-def test_background_processes_are_killed_after_a_normal_exit(run_tool: RunTool) -> None:
-    marker = _marker()
+def test_background_processes_are_killed_after_a_normal_exit(
+    run_tool: RunTool, sandbox_mode: str
+) -> None:
+    marker = sleep_marker()
+    command = f"sleep {marker} & setsid sleep {marker} & echo launched"
 
-    result = run_tool(bash, command=f"sleep {marker} & sleep {marker} & echo launched")
+    result = run_tool(bash, _settings=settings_for_mode(sandbox_mode), command=command)
 
     assert result.status is ToolStatus.OK
-    assert result.content.startswith("exit code: 0\nstdout:\nlaunched\n")
-    assert "background processes" in result.content
-    assert _survivors(marker) == []
+    assert result.content.startswith("exit code: 0\nstdout:\nlaunched")
+    if sandbox_mode == "off":
+        # Unsandboxed, they are found in the group and, setsid ones, in the cgroup; the
+        # sandbox's PID namespace ends them with the shell, before they can be counted.
+        assert "background processes" in result.content
+    assert survivors(marker) == []
 
 
 def test_no_cleanup_note_when_nothing_was_left(run_tool: RunTool) -> None:
@@ -237,13 +236,13 @@ def test_non_positive_timeout_is_invalid(run_tool: RunTool) -> None:
 
 
 def test_default_timeout_comes_from_the_settings(run_tool: RunTool) -> None:
-    marker = _marker()
+    marker = sleep_marker()
 
     result = run_tool(bash, _settings=Settings(bash_default_timeout=0.5), command=f"sleep {marker}")
 
     assert result.error_type is ErrorType.TOOL_ERROR
     assert "timed out after 0.5 s" in result.content
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
 def test_missing_bash_is_a_clear_error(
@@ -257,8 +256,9 @@ def test_missing_bash_is_a_clear_error(
     assert "bash is not available" in result.content
 
 
-def test_cancel_kills_the_command_promptly(context: ToolContext, workspace: Workspace) -> None:
-    marker = _marker()
+def test_cancel_kills_the_command_promptly(mode_context: ToolContext, workspace: Workspace) -> None:
+    context = mode_context
+    marker = sleep_marker()
     outcome: list[BaseException | str] = []
 
     def call() -> None:
@@ -276,11 +276,11 @@ def test_cancel_kills_the_command_promptly(context: ToolContext, workspace: Work
     assert not thread.is_alive()
     assert isinstance(outcome[0], ToolError)
     assert "cancelled" in str(outcome[0])
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
-def test_lost_lock_kills_the_command(workspace: Workspace) -> None:
-    marker = _marker()
+def test_lost_lock_kills_the_command(workspace: Workspace, sandbox_mode: str) -> None:
+    marker = sleep_marker()
     lost = threading.Event()
     started = workspace.root / "started"
 
@@ -289,7 +289,9 @@ def test_lost_lock_kills_the_command(workspace: Workspace) -> None:
             lost.set()
             raise FenceError("The exclusive lock was lost.")
 
-    env = CallEnvironment(workspace=workspace, fence=fence)
+    env = CallEnvironment(
+        workspace=workspace, fence=fence, settings=settings_for_mode(sandbox_mode)
+    )
     call = ToolCall(name="bash", arguments={"command": f"touch started; sleep {marker}"})
 
     result = run_call(call, ToolRegistry([bash]), env)
@@ -297,18 +299,18 @@ def test_lost_lock_kills_the_command(workspace: Workspace) -> None:
     assert lost.is_set()
     assert result.error_type is ErrorType.LOCK_LOST
     assert "were killed" in result.content
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
 def test_stops_before_the_runner_deadline_to_report(workspace: Workspace) -> None:
-    marker = _marker()
+    marker = sleep_marker()
     context = ToolContext(workspace=workspace, deadline=time.monotonic() + 5.0)
 
     with pytest.raises(ToolError, match="timed out after"):
         _invoke(context, command=f"echo partial; sleep {marker}")
 
     assert time.monotonic() < context.deadline
-    assert _survivors(marker) == []
+    assert survivors(marker) == []
 
 
 def test_a_nul_byte_in_the_command_is_a_clear_error(run_tool: RunTool) -> None:

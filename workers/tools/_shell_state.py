@@ -49,6 +49,8 @@ class SessionShell:
         self._startup = tempfile.NamedTemporaryFile("w", prefix="toolpool-bash-")  # noqa: SIM115
         self._startup.write(f"unset BASH_ENV\ntrap '{save}; exit $__tp_rc' EXIT\n")
         self._startup.flush()
+        # The sandbox shows the command this one file of the worker's temporary folder.
+        self.startup = Path(self._startup.name)
         self.env = {**base_env, **state.env, "BASH_ENV": self._startup.name}
 
     def __enter__(self) -> SessionShell:

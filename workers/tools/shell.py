@@ -36,6 +36,7 @@ from pydantic import Field
 
 from executor import FenceError, ToolError
 from executor.contract import ToolContext, tool
+from workers.tools._confine import Confinement
 from workers.tools._shell_state import SessionShell
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
@@ -105,25 +106,27 @@ def bash(
             "cannot run here. Use the file tools (read_file, list_directory, glob, grep) instead."
         )
     env = _environment(os.environ, ctx.settings.bash_env)
-    if ctx.shell is None:
-        run = _ShellRun.start(
-            executable, command, ctx.workspace.root, ctx.settings.bash_max_output_bytes, env
-        )
-        try:
-            return run.finish(ctx, limit)
-        finally:
-            run.close()
-    with SessionShell(ctx, ctx.shell, env) as shell:
-        run = _ShellRun.start(
-            executable, command, shell.cwd, ctx.settings.bash_max_output_bytes,
-            shell.env, pass_fds=(shell.fd,),
-        )  # fmt: skip
-        run.notes.extend(shell.notes)
-        try:
-            report = run.finish(ctx, limit)
-        finally:
-            run.close()
-        notes = shell.keep()
+    cap = ctx.settings.bash_max_output_bytes
+    root = ctx.workspace.root
+    with Confinement.prepare(ctx.settings, root) as confinement:
+        env.update(confinement.env)
+        if ctx.shell is None:
+            run = _ShellRun.start([*confinement.argv(root), executable, "-c", command], root,
+                                  cap, env, confinement=confinement)  # fmt: skip
+            try:
+                return run.finish(ctx, limit)
+            finally:
+                run.close()
+        with SessionShell(ctx, ctx.shell, env) as shell:
+            argv = [*confinement.argv(shell.cwd, (shell.startup,)), executable, "-c", command]
+            run = _ShellRun.start(argv, shell.cwd, cap, shell.env, pass_fds=(shell.fd,),
+                                  confinement=confinement)  # fmt: skip
+            run.notes.extend(shell.notes)
+            try:
+                report = run.finish(ctx, limit)
+            finally:
+                run.close()
+            notes = shell.keep()
     return "\n".join([report, *notes])
 
 
@@ -200,6 +203,7 @@ class _ShellRun:
     process: subprocess.Popen[bytes]
     streams: dict[int, _CappedStream]
     selector: selectors.BaseSelector
+    confinement: Confinement | None
     # Readable once the shell has exited (None: no pidfd here, so the exit is polled for).
     pidfd: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -207,16 +211,16 @@ class _ShellRun:
     @classmethod
     def start(
         cls,
-        executable: str,
-        command: str,
+        argv: list[str],
         cwd: Path,
         cap: int,
         env: dict[str, str],
         pass_fds: tuple[int, ...] = (),
+        confinement: Confinement | None = None,
     ) -> _ShellRun:
         try:
             process = subprocess.Popen(
-                [executable, "-c", command],
+                argv,
                 cwd=cwd,
                 env=env,
                 pass_fds=pass_fds,
@@ -240,7 +244,7 @@ class _ShellRun:
         pidfd = _open_pidfd(process.pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ)
-        return cls(process, streams, selector, pidfd)
+        return cls(process, streams, selector, confinement, pidfd)
 
     def finish(self, ctx: ToolContext, limit: float) -> str:
         """Wait for the command and render the report; raises ``ToolError`` on a timeout."""
@@ -262,6 +266,16 @@ class _ShellRun:
             if ctx.cancelled.is_set():
                 self._stop_group()
                 raise ToolError(self._report("Command cancelled and killed. Output so far:"))
+            if self.confinement is not None and self.confinement.cpu_over():
+                self._stop_group()
+                raise ToolError(
+                    self._report(
+                        "Command stopped: it reached "
+                        + _limit_names(self.confinement.limits_reached(0, "", cpu_total=True))
+                        + "; it and every process it started were killed. Output so far:"
+                    )
+                    + _LIMIT_HINT
+                )
             if now >= next_fence:
                 next_fence = now + _FENCE_INTERVAL
                 try:
@@ -277,12 +291,43 @@ class _ShellRun:
                         "effects before running it again. " + self._report("Output so far:")
                     ) from None
             self._pump(min(_POLL, deadline - now), ctx)
-        if self._stop_group():
+        if self.confinement is not None and self.confinement.sandboxed:
+            # bash's exit ended its PID namespace: the kernel kills whatever it left running,
+            # and the group's last members may still be exiting, so there is nothing to count.
+            self._drain()
+            background = False
+        else:
+            background = self._stop_group()
+            # A process that left the group (setsid) is still found in the cgroup.
+            if self.confinement is not None:
+                background = self.confinement.kill_left() or background
+        if background:
             self.notes.append(
                 "note: background processes still running after the command finished were "
                 "killed; nothing started by a command outlives it."
             )
-        return self._report(_exit_line(self.process.returncode))
+        return self._ended(self.process.returncode)
+
+    def _ended(self, returncode: int) -> str:
+        """The report of a command that ended; an error if it never ran or hit a limit."""
+        if self.confinement is None:
+            return self._report(_exit_line(returncode))
+        stderr = next(s.text() for s in self.streams.values() if s.name == "stderr")
+        failure = self.confinement.start_failure(returncode, stderr)
+        if failure is not None:
+            raise ToolError(
+                f"bash could not run the command: {failure}; nothing ran. Try again later, or "
+                "ask the operator to check the worker."
+            )
+        reached = self.confinement.limits_reached(returncode, stderr)
+        if reached:
+            raise ToolError(
+                self._report(
+                    f"The command reached {_limit_names(reached)}; {_exit_line(returncode)}."
+                )
+                + _LIMIT_HINT
+            )
+        return self._report(_exit_line(returncode))
 
     def close(self) -> None:
         """Make sure nothing is left: the group signalled, the pipes and selector closed."""
@@ -384,14 +429,30 @@ class _ShellRun:
         return "\n".join(parts)
 
 
+_LIMIT_HINT = (
+    "\nUse less (smaller inputs, fewer processes, output to files in the workspace), or ask "
+    "the operator to raise the limit (docs/sandbox.md#limits)."
+)
+
+
+def _limit_names(reached: list[str]) -> str:
+    return reached[0] if len(reached) == 1 else ", ".join(reached[:-1]) + " and " + reached[-1]
+
+
 def _exit_line(returncode: int) -> str:
+    if returncode > 128 and (name := _signal_name(returncode - 128)):
+        # What a shell (or the sandbox) reports for a command killed by a signal.
+        return f"exit code: {returncode} (128 + {returncode - 128}: killed by {name})"
     if returncode >= 0:
         return f"exit code: {returncode}"
+    return f"killed by signal {_signal_name(-returncode) or -returncode}"
+
+
+def _signal_name(number: int) -> str | None:
     try:
-        name = signal.Signals(-returncode).name
+        return signal.Signals(number).name
     except ValueError:
-        name = str(-returncode)
-    return f"killed by signal {name}"
+        return None
 
 
 def _strip_newline(text: str) -> str:

@@ -1,0 +1,267 @@
+"""How one bash command is confined: the sandbox, its limits, and which limit it reached.
+
+A command is started through a small ``/bin/sh`` launcher that joins the call's cgroup
+(``_cgroup``) and sets per-process limits (``ulimit``: file size, CPU time, and address space
+where no memory cgroup exists), then runs the command, inside bubblewrap (``_sandbox``) when
+the sandbox is on. Hard limits equal soft ones (CPU: one second above, so SIGXCPU comes
+first), and the sandbox drops every capability, so the command cannot raise them.
+
+``Settings.bash_sandbox``: ``off``; ``auto`` (the default: sandboxed where bubblewrap works,
+else unconfined, with a warning at worker start); ``required`` (never unconfined: a worker
+without a working sandbox refuses to start, and a call that finds none is an error).
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from executor import Settings, ToolError
+from workers.tools._cgroup import CallCgroup, Cgroups, Limits, find_cgroups
+from workers.tools._sandbox import SANDBOX_HOME, SANDBOX_TMP, SandboxSpec, bwrap_argv, probe
+from workers.tools._sandbox import hidden_paths as _hidden_paths
+
+# Runs outside the sandbox, as the command's first process: join the cgroups, set the limits,
+# then exec the rest. Its arguments: file size (512-byte blocks), CPU seconds, address space
+# (KiB), each "-" for none; the cgroup.procs files; "--"; the command.
+_LAUNCHER = (
+    "f=$1 c=$2 v=$3; shift 3; "
+    'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; '
+    '{ [ "$f" = - ] || ulimit -f "$f"; } && '
+    '{ [ "$c" = - ] || { ulimit -S -t "$c" && ulimit -H -t $((c + 1)); }; } && '
+    '{ [ "$v" = - ] || ulimit -v "$v"; } || exit 125; '
+    'exec "$@"'
+)
+LAUNCH_FAILED = 125
+_MIB = 1024 * 1024
+# What a program prints when an allocation fails under an address-space limit.
+_NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+
+
+@dataclass
+class Confinement:
+    """One command's confinement: what runs before ``bash -c``, its environment, its cgroup.
+
+    A context manager: leaving it kills what is left of the command and removes its cgroup.
+    """
+
+    settings: Settings
+    workspace: Path
+    bwrap: str | None
+    launcher: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cgroup: CallCgroup | None = None
+
+    @classmethod
+    def prepare(cls, settings: Settings, workspace: Path) -> Confinement:
+        """Decide how a command with write access to ``workspace`` runs; make its cgroup."""
+        bwrap: str | None = None
+        env: dict[str, str] = {}
+        if settings.bash_sandbox != "off":
+            found = probe(settings.bash_network)
+            if found.bwrap is not None:
+                bwrap = found.bwrap
+                env = {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
+            elif settings.bash_sandbox == "required":
+                raise ToolError(
+                    f"bash needs its sandbox on this worker (sandbox mode 'required'), but "
+                    f"{found.reason}; nothing ran. Ask the operator to fix the worker."
+                )
+        cgroups = find_cgroups()
+        cgroup = _call_cgroup(cgroups, settings)
+        return cls(settings, workspace, bwrap, _launcher(settings, cgroups, cgroup), env, cgroup)
+
+    def __enter__(self) -> Confinement:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.bwrap is not None
+
+    def argv(self, cwd: Path, read_only_files: tuple[Path, ...] = ()) -> list[str]:
+        """What comes before ``bash -c COMMAND`` for a command starting in ``cwd``."""
+        if self.bwrap is None:
+            return list(self.launcher)
+        spec = SandboxSpec(
+            self.workspace,
+            hidden_paths(self.settings, self.workspace),
+            network=self.settings.bash_network,
+            tmp_bytes=self.settings.bash_tmp_mb * _MIB,
+            read_only_files=read_only_files,
+        )
+        return [*self.launcher, *bwrap_argv(self.bwrap, spec, cwd)]
+
+    def start_failure(self, returncode: int, stderr: str) -> str | None:
+        """Why the command never ran (the launcher or the sandbox failed), or None."""
+        first = stderr.lstrip().split("\n", 1)[0]
+        if returncode == LAUNCH_FAILED and first.startswith("toolpool-launch:"):
+            return f"its limits could not be applied ({first})"
+        if self.sandboxed and returncode == 1 and first.startswith("bwrap:"):
+            return f"the sandbox could not start ({first})"
+        return None
+
+    def kill_left(self) -> bool:
+        """Kill the command's processes still in its cgroup; True if there were any."""
+        return self.cgroup is not None and self.cgroup.kill()
+
+    def cpu_over(self) -> bool:
+        """True once the command's processes together used more than the CPU time limit."""
+        limit = self.settings.bash_cpu_seconds
+        used = None if self.cgroup is None or not limit else self.cgroup.cpu_seconds()
+        return used is not None and used > limit
+
+    def limits_reached(self, returncode: int, stderr: str, cpu_total: bool = False) -> list[str]:
+        """A phrase for each limit the command reached, from the cgroup's counters and, for
+        per-process limits, from how the command ended (``cpu_total``: the loop stopped it
+        for the CPU time of all its processes)."""
+        settings, cgroup, reached = self.settings, self.cgroup, []
+        if cpu_total:
+            reached.append(
+                f"the CPU time limit of {settings.bash_cpu_seconds:g} s (all its processes "
+                "together)"
+            )
+        signalled = {-returncode, returncode - 128}
+        if cgroup is not None and (kills := cgroup.memory_kills()):
+            reached.append(
+                f"the memory limit of {settings.bash_memory_mb} MiB (the kernel killed "
+                f"{_count(kills, 'process', 'processes')} of the command)"
+            )
+        elif settings.bash_memory_mb and any(text in stderr for text in _NO_MEMORY):
+            reached.append(
+                f"the memory limit of {settings.bash_memory_mb} MiB (an allocation failed)"
+            )
+        if cgroup is not None and (refused := cgroup.processes_refused()):
+            reached.append(
+                f"the limit of {settings.bash_max_processes} processes "
+                f"({_count(refused, 'fork', 'forks')} refused)"
+            )
+        if signal.SIGXCPU in signalled or "CPU time limit exceeded" in stderr:
+            reached.append(f"the CPU time limit of {settings.bash_cpu_seconds:g} s per process")
+        if signal.SIGXFSZ in signalled or any(
+            text in stderr for text in ("File size limit exceeded", "File too large")
+        ):
+            reached.append(f"the file size limit of {settings.bash_file_size_mb} MiB per file")
+        if self.bwrap is not None and "No space left on device" in stderr:
+            reached.append(
+                f"the space of the private /tmp ({settings.bash_tmp_mb} MiB), or the "
+                "workspace's disk is full"
+            )
+        return reached
+
+    def close(self) -> None:
+        """Kill whatever of the command is left in its cgroup, and remove the cgroup."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+
+
+def hidden_paths(settings: Settings, workspace: Path) -> tuple[Path, ...]:
+    """What a command in ``workspace`` must not see: the configured list, and this worker's
+    other places (the pool workspace, the sessions root), unless one is the workspace."""
+    return _hidden_paths(
+        settings.bash_hide, workspace, (settings.workspace, settings.sessions_root)
+    )
+
+
+def _call_cgroup(cgroups: Cgroups, settings: Settings) -> CallCgroup | None:
+    limits = Limits(
+        processes=settings.bash_max_processes,
+        memory_bytes=settings.bash_memory_mb * _MIB,
+        cpu_seconds=settings.bash_cpu_seconds,
+    )
+    if not (cgroups.pids or cgroups.memory or cgroups.cpu):
+        return None
+    try:
+        return CallCgroup(cgroups, limits)
+    except OSError as exc:
+        raise ToolError(
+            f"Could not make the command's cgroup ({exc}); nothing ran. Try again later."
+        ) from None
+
+
+def _launcher(settings: Settings, cgroups: Cgroups, cgroup: CallCgroup | None) -> list[str]:
+    size = str(settings.bash_file_size_mb * 2048) if settings.bash_file_size_mb else "-"
+    cpu = str(math.ceil(settings.bash_cpu_seconds)) if settings.bash_cpu_seconds else "-"
+    # Address space only stands in for a memory cgroup: it counts reservations, not use.
+    space = "-"
+    if settings.bash_memory_mb and cgroups.memory is None:
+        space = str(settings.bash_memory_mb * 1024)
+    procs = [] if cgroup is None else cgroup.procs_files
+    if (size, cpu, space) == ("-", "-", "-") and not procs:
+        return []
+    return ["/bin/sh", "-c", _LAUNCHER, "toolpool-launch", size, cpu, space, *procs, "--"]
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a worker says at start about bash's confinement, and whether it may start."""
+
+    lines: list[str]
+    warning: str = ""
+    refusal: str = ""
+
+
+def describe(settings: Settings) -> Report:
+    """The sandbox and the limits in force for this worker's bash commands."""
+    lines: list[str] = []
+    warning = refusal = ""
+    if settings.bash_sandbox == "off":
+        lines.append("bash sandbox: off (commands run unconfined, as the worker's user)")
+    else:
+        found = probe(settings.bash_network)
+        if found.bwrap is not None:
+            network = "network allowed" if settings.bash_network else "no network"
+            lines.append(
+                f"bash sandbox: {found.version or 'bubblewrap'} (workspace-only writes, own "
+                f"PID namespace, {network})"
+            )
+        elif settings.bash_sandbox == "required":
+            refusal = (
+                f"bash's sandbox is required (--sandbox required), but {found.reason}. "
+                + _INSTALL_HINT
+            )
+        else:
+            warning = (
+                f"WARNING: bash commands run UNCONFINED: {found.reason}. "
+                + _INSTALL_HINT
+                + " Or pass --sandbox required to refuse to start without it, or --disable-tool "
+                "bash."
+            )
+    cgroups = find_cgroups()
+    limits = []
+    if settings.bash_max_processes:
+        limits.append(
+            f"{settings.bash_max_processes} processes ({cgroups.describe('pids')})"
+            if cgroups.pids is not None
+            else "processes: not enforced (no pids cgroup)"
+        )
+    if settings.bash_memory_mb:
+        limits.append(f"memory {settings.bash_memory_mb} MiB ({_memory_where(cgroups)})")
+    if settings.bash_cpu_seconds:
+        total = "" if cgroups.cpu is None else " and for all its processes together"
+        limits.append(f"CPU {settings.bash_cpu_seconds:g} s per process{total}")
+    if settings.bash_file_size_mb:
+        limits.append(f"file size {settings.bash_file_size_mb} MiB")
+    lines.append("bash limits: " + ("; ".join(limits) or "none"))
+    return Report(lines, warning, refusal)
+
+
+def _memory_where(cgroups: Cgroups) -> str:
+    if cgroups.memory is None:
+        return "address space per process, no memory cgroup"
+    return f"all processes, {cgroups.describe('memory')}"
+
+
+_INSTALL_HINT = (
+    "Install bubblewrap (Debian and Ubuntu: apt-get install bubblewrap; Fedora: dnf install "
+    "bubblewrap); in a container, allow it namespaces (see docs/sandbox.md)."
+)

@@ -1,0 +1,139 @@
+"""bubblewrap's command line for one bash command: what it sees, where it writes, what it reaches.
+
+The sandbox (``bwrap``, from the distribution's ``bubblewrap`` package) gives a command:
+
+- the system read-only (``/`` bound read-only), a fresh ``/dev`` and ``/proc``;
+- the call's workspace as the only writable place besides a private, size-capped ``/tmp``;
+- the hidden paths (the worker's home, other workspaces, credential files) replaced by empty,
+  read-only folders (a hidden file reads as empty);
+- its own PID namespace: when bash exits, or bwrap is killed, every process it started dies
+  with it, ``setsid`` and double-forked daemons included;
+- no network unless it is allowed (its own, empty network namespace), no capabilities, and
+  ``no_new_privs`` (setuid programs gain nothing).
+
+``probe`` runs the sandbox once per worker process, so a kernel that refuses namespaces is
+found at start, with bwrap's own words for why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+# Inside the sandbox: the private /tmp, and a writable home in it (the real one is hidden).
+SANDBOX_TMP = "/tmp"
+SANDBOX_HOME = "/tmp/home"
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What one command's sandbox is made of."""
+
+    workspace: Path
+    hidden: tuple[Path, ...]
+    network: bool = False
+    tmp_bytes: int = 0
+    # Files the command must read that lie in hidden places (bash's start-up file).
+    read_only_files: tuple[Path, ...] = ()
+
+
+def bwrap_argv(bwrap: str, spec: SandboxSpec, cwd: Path) -> list[str]:
+    """The ``bwrap ...`` prefix; the command to run follows it."""
+    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    # Mounts are laid shallowest first, so a deeper one (the workspace inside a hidden folder,
+    # a hidden folder inside the workspace) lands on top. At equal depth a hidden path comes
+    # first, so the workspace is never hidden by itself.
+    mounts: list[tuple[int, int, list[str]]] = []
+    tmp = [] if not spec.tmp_bytes else ["--size", str(spec.tmp_bytes)]
+    mounts.append((1, 0, [*tmp, "--tmpfs", SANDBOX_TMP]))
+    hidden_dirs = []
+    for path in spec.hidden:
+        if path.is_dir():
+            hidden_dirs.append(path)
+            mounts.append((len(path.parts), 0, ["--tmpfs", str(path)]))
+        else:
+            mounts.append((len(path.parts), 0, ["--ro-bind", "/dev/null", str(path)]))
+    workspace = str(spec.workspace)
+    mounts.append((len(spec.workspace.parts), 1, ["--bind", workspace, workspace]))
+    for file in spec.read_only_files:
+        mounts.append((len(file.parts), 2, ["--ro-bind", str(file), str(file)]))
+    for _, _, mount in sorted(mounts, key=lambda m: (m[0], m[1])):
+        argv.extend(mount)
+    # Read-only only now: the mounts above may need mount points made inside these folders.
+    for path in hidden_dirs:
+        argv.extend(["--remount-ro", str(path)])
+    argv.extend(["--dir", SANDBOX_HOME])
+    argv.extend(["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"])
+    if not spec.network:
+        argv.append("--unshare-net")
+    argv.extend(["--cap-drop", "ALL", "--die-with-parent", "--chdir", str(cwd), "--"])
+    return argv
+
+
+def hidden_paths(
+    names: str, workspace: Path, also: Iterable[Path | None] = (), home: Path | None = None
+) -> tuple[Path, ...]:
+    """The existing paths to hide: ``names`` (space-separated, ``~`` is the worker's home)
+    and ``also`` (other workspaces), resolved, without duplicates or the workspace itself."""
+    home = home or Path.home()
+    found: dict[Path, None] = {}
+    candidates = [_expand(name, home) for name in names.split()]
+    candidates.extend(path for path in also if path is not None)
+    for path in candidates:
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue  # missing: nothing to hide
+        if real != workspace.resolve() and real != Path("/"):
+            found[real] = None
+    return tuple(found)
+
+
+def _expand(name: str, home: Path) -> Path:
+    if name == "~":
+        return home
+    if name.startswith("~/"):
+        return home / name[2:]
+    return Path(name)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether the sandbox runs here: bwrap's path and version, or why not."""
+
+    bwrap: str | None
+    version: str = ""
+    reason: str = ""
+
+
+@cache
+def probe(network: bool) -> Availability:
+    """Run a sandboxed ``true`` once per worker process: is there a bwrap, and may it work?"""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return Availability(None, reason="bubblewrap (bwrap) is not installed on this worker")
+    try:
+        version = subprocess.run(
+            [bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+        with tempfile.TemporaryDirectory(prefix="toolpool-probe-") as folder:
+            spec = SandboxSpec(Path(folder), (), network=network, tmp_bytes=1024 * 1024)
+            done = subprocess.run(
+                [*bwrap_argv(bwrap, spec, Path(folder)), "true"],
+                capture_output=True, text=True, timeout=30, check=False,
+                stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Availability(None, reason=f"bubblewrap ({bwrap}) could not run: {exc}")
+    if done.returncode != 0:
+        said = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        return Availability(
+            None, reason=f"bubblewrap ({bwrap}) cannot make a sandbox here: {said[0]}"
+        )
+    return Availability(bwrap, version=version)

@@ -9,7 +9,9 @@ error; no result is longer than its cap plus the truncation marker; both workers
 processes we started; and the sibling folder is byte for byte as it was.
 
 The suite runs about ``DEFAULT_CALLS`` calls; ``TOOLPOOL_FUZZ_CALLS=2000`` runs a long version.
-bash only gets harmless commands (it is not sandboxed: any command could change any file).
+Where bash's sandbox works, the workers require it and bash also gets hostile commands (writes
+to the sibling folder and /etc, ``rm -rf ~``, ``kill -9 -1``, a fork bomb, daemons); without
+it, bash only gets harmless ones (unconfined, a command could change any file).
 """
 
 from __future__ import annotations
@@ -33,8 +35,10 @@ from executor import ErrorType, Settings, ToolRegistry, ToolStatus
 from executor._truncation import marker
 from executor.client import Executor
 from tests.support import dist_tools
+from tests.support.pids import sleep_marker, survivors
 from tests.support.procs import Workers
 from workers._embedded_redis import RedisServer
+from workers.tools._sandbox import probe
 
 # A process-heavy proof (random turns through worker processes): `scripts/test --fast` leaves
 # it out.
@@ -106,6 +110,7 @@ def fuzzing(
     settings_ = Settings(
         redis_url=redis_server.url, key_prefix=f"fuzz-{uuid.uuid4().hex[:8]}", workspace=root,
         lock_lease_ms=5000, bash_default_timeout=3.0, bash_max_timeout=3.0,
+        bash_sandbox="required" if SANDBOXED else "auto", bash_max_processes=64,
         # Nothing listens on port 9 (discard): get_weather fails at once, offline.
         weather_url="http://127.0.0.1:9", geocoding_url="http://127.0.0.1:9", http_timeout=1.0,
     )  # fmt: skip
@@ -134,10 +139,19 @@ _WRONG = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.lists(st.integers(), max_size=3),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
 )  # fmt: skip
+# Only a sandboxed bash may be given hostile commands: unconfined, they would do the harm.
+SANDBOXED = probe(False).bwrap is not None
+# The daemons the hostile commands start: none may outlive its call.
+_DAEMON = sleep_marker()
+_HOSTILE = ["echo pwned > ../outside/secret.txt", "rm -rf ../outside link_out/sub",
+            "cat ../outside/secret.txt", "echo pwned > /etc/toolpool-fuzz", "rm -rf ~ /root",
+            "kill -9 -1", f"setsid sleep {_DAEMON} & echo daemon", f"( ( sleep {_DAEMON} & ) & )",
+            ":(){ :|:& };:", "cat /proc/1/environ | tr '\\0' '\\n'"]  # fmt: skip
 _BASH = st.one_of(
     st.sampled_from(["echo hi", "ls -la", "cat a.txt", "pwd", "true", "exit 3",
                      "echo err >&2", "printf 'x%.0s' $(seq 5000)", "echo made > made.txt",
-                     "sleep 5", "head -c 100000 /dev/zero | tr '\\0' y"]),
+                     "sleep 5", "head -c 100000 /dev/zero | tr '\\0' y",
+                     *(_HOSTILE if SANDBOXED else [])]),
     _ODD.map(lambda text: "echo " + shlex.quote(text)),
 )  # fmt: skip
 _EXPRESSIONS = st.one_of(
@@ -218,6 +232,8 @@ def test_random_calls_get_one_expected_result_each_and_harm_nothing(
     assert [w.pid for w in fuzzing.workers.started] == fuzzing.pids
     assert all(w.alive() for w in fuzzing.workers.started), fuzzing.workers.diagnosis()
     assert _snapshot(fuzzing.outside) == fuzzing.snapshot
+    assert not Path("/etc/toolpool-fuzz").exists()
+    assert survivors(_DAEMON) == []
 
 
 def test_fuzzing_ran_the_calls_it_was_asked_for(fuzzing: Fuzzing) -> None:

@@ -25,6 +25,7 @@ from executor import Settings, ToolStatus
 from executor.client import Executor, Sessions
 from executor.wire import read_events
 from tests.support.ports import free_port_url
+from tests.support.sandbox import require_sandbox
 from tests.support.waiting import gone, wait_for
 from workers.cli import _worker
 from workers.cli._worker import up_command, worker_command
@@ -113,6 +114,11 @@ def test_compose_file_has_persistent_redis_and_a_scalable_worker() -> None:
     assert env["TOOLPOOL_REDIS_URL"] == "redis://redis:6379/0"
     assert env["TOOLPOOL_WORKSPACE"] == "/workspace"
     assert {"TOOLPOOL_WORKERS", "TOOLPOOL_SCOPE"} <= set(env)
+    # bash's sandbox needs namespaces and a fresh /proc, which Docker's defaults forbid.
+    assert interpolate(env["TOOLPOOL_BASH_SANDBOX"]) == "auto"
+    assert set(worker["security_opt"]) == {
+        "seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"
+    }  # fmt: skip
     grace = float(env["TOOLPOOL_STOP_GRACE"])
     assert float(worker["stop_grace_period"].removesuffix("s")) > grace
     assert set(spec["volumes"]) >= {"workspace", "sessions", "redis-data"}
@@ -124,6 +130,7 @@ def test_dockerfile_builds_a_non_root_toolpool_image() -> None:
     assert "FROM python:3.11-slim" in lines
     assert 'ENTRYPOINT ["toolpool"]' in lines
     assert 'VOLUME ["/workspace", "/sessions"]' in lines
+    assert any("apt-get install" in line and "bubblewrap" in line for line in lines)
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users
     assert users[-1] not in ("root", "0")
@@ -152,7 +159,7 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
         [*TOOLPOOL, *service["command"]], env=clean_env(**env), stdout=subprocess.PIPE, text=True
     )
     try:
-        _, workers = read_until_workers(process, int(env["TOOLPOOL_WORKERS"]))
+        started, workers = read_until_workers(process, int(env["TOOLPOOL_WORKERS"]))
         settings = Settings(redis_url=redis_url, scope=env["TOOLPOOL_SCOPE"])
         with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
             (result,) = executor.run(
@@ -177,6 +184,77 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     assert served_by & set(workers)
     assert "toolpool worker: stopped" in output
     assert all(gone(pid) for pid in workers.values())
+    assert "toolpool worker: bash sandbox: " in started
+
+
+# -- bash's sandbox at start ---------------------------------------------------------------------
+
+
+def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None) -> str:
+    """``toolpool worker`` pointed at a Redis that is not there: what it says before that."""
+    env = clean_env() if path is None else clean_env(PATH=path)
+    result = subprocess.run(
+        [*TOOLPOOL, "worker", "--redis", free_port_url(), "--workspace", str(tmp_path), *options],
+        env=env, capture_output=True, text=True, timeout=PATIENCE_S, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    return result.stdout + result.stderr
+
+
+def test_a_required_sandbox_that_cannot_run_refuses_to_start(tmp_path: Path) -> None:
+    said = _worker_without_redis(tmp_path, "--sandbox", "required", path=str(tmp_path))
+
+    assert "bash's sandbox is required" in said
+    assert "bubblewrap (bwrap) is not installed" in said
+    assert "apt-get install bubblewrap" in said
+    assert "does not answer" not in said  # refused before it looked for Redis
+
+
+def _started_worker_says(redis_url: str, tmp_path: Path, *options: str, path: str = "") -> str:
+    """What ``toolpool worker`` prints (both streams) up to its workers' start, then stopped."""
+    env = clean_env(PATH=path) if path else clean_env()
+    process = subprocess.Popen(
+        [*TOOLPOOL, "worker", "--redis", redis_url, "--workspace", str(tmp_path), "-n", "1",
+         *options],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        said, _ = read_until_workers(process, 1)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        end(process)
+    return said
+
+
+def test_an_auto_sandbox_that_cannot_run_warns_and_goes_on(redis_url: str, tmp_path: Path) -> None:
+    # A PATH with no bwrap on it; the worker processes are the same Python.
+    said = _started_worker_says(redis_url, tmp_path, path=str(tmp_path))
+
+    assert "toolpool worker: WARNING: bash commands run UNCONFINED" in said
+    assert "bubblewrap (bwrap) is not installed" in said
+    assert "--sandbox required" in said
+
+
+def test_without_bash_no_sandbox_is_needed(tmp_path: Path) -> None:
+    said = _worker_without_redis(
+        tmp_path, "--sandbox", "required", "--disable-tool", "bash", path=str(tmp_path)
+    )
+
+    assert "sandbox" not in said
+    assert "does not answer" in said
+
+
+def test_the_start_says_which_sandbox_and_limits_bash_gets(redis_url: str, tmp_path: Path) -> None:
+    require_sandbox()
+    said = _started_worker_says(redis_url, tmp_path, "--sandbox", "required")
+
+    assert "toolpool worker: bash sandbox: bubblewrap" in said
+    assert "no network" in said
+    assert "toolpool worker: bash limits: " in said
+    assert "file size 1024 MiB" in said
+    assert "WARNING" not in said
 
 
 # -- errors --------------------------------------------------------------------------------------

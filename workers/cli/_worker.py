@@ -19,7 +19,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor._settings import Settings, shown_url
+from executor._settings import BASH_SANDBOX_MODES, Settings, shown_url
 from executor.cli._common import (
     connection_options,
     or_fail,
@@ -31,6 +31,8 @@ from workers._embedded_redis import RedisServer
 from workers.cli._registry import build_registry, tools_option
 from workers.pool._pool import PoolChild, WorkerPool
 from workers.pool._process import served_registry
+from workers.tools._confine import Report as ConfinementReport
+from workers.tools._confine import describe as describe_confinement
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -55,6 +57,13 @@ def _pool_options(command: F) -> F:
                      envvar="TOOLPOOL_DISABLE_TOOLS",
                      help="Do not serve this tool, e.g. bash (repeatable; env "
                           "TOOLPOOL_DISABLE_TOOLS, space-separated)."),
+        click.option("--sandbox", type=click.Choice(BASH_SANDBOX_MODES), default=None,
+                     help="bash's sandbox (bubblewrap): auto (the default) uses it where it "
+                          "works and warns where not; required refuses to start without it; "
+                          "off runs commands unconfined (env TOOLPOOL_BASH_SANDBOX)."),
+        click.option("--bash-network/--no-bash-network", default=None,
+                     help="Let sandboxed bash commands use the network (default: no network; "
+                          "env TOOLPOOL_BASH_NETWORK)."),
         click.option("--grace", type=click.FloatRange(0), default=60.0, show_default=True,
                      envvar="TOOLPOOL_STOP_GRACE",
                      help="On SIGINT/SIGTERM, seconds the calls in flight may take to finish "
@@ -133,6 +142,8 @@ def worker_command(
     fork: bool,
     read_only: bool,
     disabled_tools: tuple[str, ...],
+    sandbox: str | None,
+    bash_network: bool | None,
     grace: float,
     log_level: str,
 ) -> None:
@@ -151,10 +162,12 @@ def worker_command(
     settings = settings_for(
         redis_url, prefix, workspace=workspace or sessions_root, queue=queue, scope=scope,
         sessions_root=sessions_root, host=host, serve_pool_calls=workspace is not None,
+        bash_sandbox=sandbox, bash_network=bash_network,
     )  # fmt: skip
     url = require_redis(settings)
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
+    sandbox_report = _check_sandbox(settings, served)
     _check_redis(url, _WORKER_HINT)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
@@ -170,6 +183,7 @@ def worker_command(
         + "; ".join(where)
     )
     click.echo(f"toolpool worker: {served.describe()}")
+    _print_sandbox(sandbox_report, "toolpool worker")
     pool.run(on_start=_print_children)
     click.echo("toolpool worker: stopped")
 
@@ -195,6 +209,8 @@ def up_command(
     fork: bool,
     read_only: bool,
     disabled_tools: tuple[str, ...],
+    sandbox: str | None,
+    bash_network: bool | None,
     grace: float,
     log_level: str,
 ) -> None:
@@ -205,9 +221,10 @@ def up_command(
     then Redis.
     """
     settings = settings_for(redis_url, None, workspace=workspace, sessions_root=sessions_root,
-                            host=host)  # fmt: skip
+                            host=host, bash_sandbox=sandbox, bash_network=bash_network)  # fmt: skip
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
+    sandbox_report = _check_sandbox(settings, served)
     _setup_logging(log_level)
     server: RedisServer | None = None
     if settings.redis_url:
@@ -226,6 +243,7 @@ def up_command(
         click.echo(f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
                    f"workspace {settings.workspace}{sessions}")  # fmt: skip
         click.echo(f"toolpool up: {served.describe()}")
+        _print_sandbox(sandbox_report, "toolpool up")
         if server is not None:
             click.echo("Point orchestrators at this Redis:")
             click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
@@ -267,6 +285,26 @@ def _served(
         )
     )
     return _Served(tool_specs, read_only, disabled, tuple(registry.names()))
+
+
+def _check_sandbox(settings: Settings, served: _Served) -> ConfinementReport | None:
+    """How bash commands will be confined; refuses to start where the sandbox is required
+    and cannot run. Checked here, once, as the workers' user on the workers' machine."""
+    if "bash" not in served.names:
+        return None
+    report = describe_confinement(settings)
+    if report.refusal:
+        raise click.ClickException(report.refusal)
+    return report
+
+
+def _print_sandbox(report: ConfinementReport | None, who: str) -> None:
+    if report is None:
+        return
+    for line in report.lines:
+        click.echo(f"{who}: {line}")
+    if report.warning:
+        click.echo(f"{who}: {report.warning}", err=True)
 
 
 def _build_pool(

@@ -239,13 +239,14 @@ class CallCgroup:
             (pids / "pids.max").write_text(str(self.limits.processes))
         if memory is not None and self.limits.memory_bytes:
             size = str(self.limits.memory_bytes)
+            # The swap files exist only where the kernel accounts swap (creating one is EACCES).
             if self._version("memory") == 2:
                 (memory / "memory.max").write_text(size)
-                with contextlib.suppress(FileNotFoundError):  # no swap accounting: no swap
+                if (memory / "memory.swap.max").exists():
                     (memory / "memory.swap.max").write_text("0")
             else:
                 (memory / "memory.limit_in_bytes").write_text(size)
-                with contextlib.suppress(FileNotFoundError):
+                if (memory / "memory.memsw.limit_in_bytes").exists():
                     (memory / "memory.memsw.limit_in_bytes").write_text(size)
 
     def _version(self, controller: str) -> int:

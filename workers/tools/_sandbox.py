@@ -5,7 +5,7 @@ The sandbox (``bwrap``, from the distribution's ``bubblewrap`` package) gives a 
 - the system read-only (``/`` bound read-only), a fresh ``/dev`` and ``/proc``;
 - the call's workspace as the only writable place besides a private, size-capped ``/tmp``;
 - the hidden paths (the worker's home, other workspaces, credential files) replaced by empty,
-  read-only folders (a hidden file reads as empty);
+  read-only folders (a hidden file cannot be opened);
 - its own PID namespace: when bash exits, or bwrap is killed, every process it started dies
   with it, ``setsid`` and double-forked daemons included;
 - no network unless it is allowed (its own, empty network namespace), no capabilities, and
@@ -54,6 +54,8 @@ def bwrap_argv(bwrap: str, spec: SandboxSpec, cwd: Path) -> list[str]:
     mounts.append((1, 0, [*tmp, "--tmpfs", SANDBOX_TMP]))
     hidden_dirs = []
     for path in spec.hidden:
+        if path == Path(SANDBOX_TMP):
+            continue  # the private /tmp hides it already, and must stay writable
         if path.is_dir():
             hidden_dirs.append(path)
             mounts.append((len(path.parts), 0, ["--tmpfs", str(path)]))

@@ -20,7 +20,7 @@ import pytest
 
 from executor import Settings, ToolContext
 from executor.contract import Workspace
-from workers.tools import _confine, shell
+from workers.tools import _confine, _shell_run
 from workers.tools._cgroup import Cgroups
 from workers.tools.shell import bash
 
@@ -124,7 +124,7 @@ def test_extra_latency_over_subprocess_run_is_small(
 def test_shell_exit_is_heard_while_a_background_child_holds_the_pipes(
     context: ToolContext, workspace: Workspace
 ) -> None:
-    if shell._open_pidfd(os.getpid()) is None:
+    if _shell_run.open_pidfd(os.getpid()) is None:
         pytest.skip("pidfd_open is refused here (old kernel or seccomp): the exit is polled")
     # The reference's child writes elsewhere, so subprocess.run returns when the shell exits:
     # the extra is the time the tool needs to hear that exit while the pipes are still open
@@ -155,7 +155,7 @@ def test_without_a_pidfd_the_exit_is_still_polled_for(
     context: ToolContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Where pidfd_open is missing or refused, the loop falls back to polling for the exit.
-    monkeypatch.setattr(shell, "_open_pidfd", lambda pid: None)
+    monkeypatch.setattr(_shell_run, "open_pidfd", lambda pid: None)
 
     assert _tool(context, "echo out; exit 3")() == "exit code: 3\nstdout:\nout"
     report = _tool(context, "sleep 5 & echo launched")()

@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from workers.cli._demo import demo_command, peak_concurrency, run_demo
+from workers.tools._sandbox import probe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,6 +110,15 @@ def test_demo_run_tells_only_what_works_after_it_ends(
     assert f"agent-a: the next command ran in {sessions / 'agent-a' / 'src'}" in text
     assert f"agent-b: the next command ran in {sessions / 'agent-b' / 'src'}" in text
     assert "the two sessions' exclusive calls ran " in text
+
+    # The hostile command stayed in its sandbox (or was not run at all without one).
+    if probe(False).bwrap is not None:
+        assert "/etc/toolpool-demo: Read-only file system" in text
+        assert "network: none" in text
+        assert "the daemon died with the call" in text
+    else:
+        assert "skipped: bash runs unconfined here" in text
+    assert not Path("/etc/toolpool-demo").exists()
 
 
 # -- the first run of scripts/demo: `pip install -e` ------------------------------------------

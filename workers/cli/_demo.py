@@ -1,4 +1,4 @@
-"""``toolpool demo``: five scenarios on an embedded Redis and a real worker pool.
+"""``toolpool demo``: six scenarios on an embedded Redis and a real worker pool.
 
 Nothing to install by hand: it starts a private ``redis-server`` and three worker processes,
 runs the scenarios against the current folder (writes go to ``.toolpool/demo/`` only and are
@@ -19,6 +19,7 @@ import click
 from executor import Settings, ToolpoolError
 from executor.client import Executor, Sessions
 from executor.wire import Event, ToolCall, ToolResult, read_events
+from workers.tools._sandbox import probe
 
 SCRATCH = Path(".toolpool") / "demo"
 _BAR = 40
@@ -35,7 +36,7 @@ class _Span:
 
 
 def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.echo) -> None:
-    """Start Redis and a pool, run the five scenarios, tear everything down."""
+    """Start Redis and a pool, run the six scenarios, tear everything down."""
     from workers._embedded_redis import RedisServer
     from workers.pool._pool import WorkerPool
 
@@ -109,6 +110,29 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
          "   truncated call's full output with `toolpool output CALL_ID`. This demo's Redis\n"
          "   stops when it ends, and the full outputs kept on it go with it.")  # fmt: skip
     _sessions(executor, echo)
+    _sandbox(executor, echo)
+
+
+# A model's command that tries to leave its place; run only inside the sandbox.
+_HOSTILE = (
+    "echo pwned > /etc/toolpool-demo; ls -A ~ /root | head -3; "
+    "exec 3<>/dev/tcp/1.1.1.1/53 || echo 'network: none'; "
+    "setsid sleep 600 & echo 'a daemon started'"
+)
+
+
+def _sandbox(executor: Executor, echo: Callable[[str], None]) -> None:
+    echo("\n6. bash's sandbox: a command that tries to write /etc, look at the home folders,\n"
+         "   reach the network and leave a daemon behind")  # fmt: skip
+    found = probe(executor.settings.bash_network)
+    if executor.settings.bash_sandbox == "off" or found.bwrap is None:
+        why = "it is off" if found.bwrap is not None else found.reason
+        echo(f"   skipped: bash runs unconfined here ({why}); see docs/sandbox.md")
+        return
+    (result,) = executor.run([ToolCall(id="escape", name="bash",
+                                       arguments={"command": _HOSTILE})])  # fmt: skip
+    _show(result, echo, lines=12)
+    echo("   /etc stayed read-only, the homes empty, no network; the daemon died with the call.")
 
 
 def _sessions(executor: Executor, echo: Callable[[str], None]) -> None:

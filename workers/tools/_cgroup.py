@@ -209,16 +209,17 @@ def _pid_alive(pid: int) -> bool:
 class CallCgroup:
     """One command's cgroups: created with the limits, joined by the launcher, then removed."""
 
-    def __init__(self, cgroups: Cgroups, limits: Limits) -> None:
+    def __init__(self, cgroups: Cgroups, limits: Limits, track: bool = False) -> None:
+        """Make the cgroups ``limits`` need; with ``track``, at least one that lists the
+        command's processes, to kill those that leave its process group."""
         self._cgroups = cgroups
         self.limits = limits
         name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
         self._dirs: dict[str, Path] = {}
         try:
-            for controller in ("pids", "memory", "cpu"):
+            for controller in self.needed(cgroups, limits, track):
                 place: _Place | None = getattr(cgroups, controller)
-                if place is None:
-                    continue
+                assert place is not None  # needed() names only controllers that exist
                 folder = place.parent / name
                 if folder not in self._dirs.values():  # v2: one folder for all controllers
                     folder.mkdir()
@@ -227,6 +228,21 @@ class CallCgroup:
         except OSError:
             self.remove()
             raise
+
+    @staticmethod
+    def needed(cgroups: Cgroups, limits: Limits, track: bool = False) -> list[str]:
+        """The controllers to use: each limit's own, where the machine has it. Joining a
+        cgroup is not free (on some kernels a sleeping process wakes late in one), so a
+        limit set to 0 costs nothing."""
+        wanted = {
+            "pids": bool(limits.processes),
+            "memory": bool(limits.memory_bytes),
+            "cpu": bool(limits.cpu_seconds),
+        }
+        chosen = [name for name, want in wanted.items() if want and getattr(cgroups, name)]
+        if track and not chosen:
+            chosen = [name for name in wanted if getattr(cgroups, name)][:1]
+        return chosen
 
     @property
     def procs_files(self) -> list[str]:

@@ -70,7 +70,9 @@ class Confinement:
                     f"{found.reason}; nothing ran. Ask the operator to fix the worker."
                 )
         cgroups = find_cgroups()
-        cgroup = _call_cgroup(cgroups, settings)
+        # In the sandbox the PID namespace ends what leaves the process group; without it,
+        # the cgroup is what finds those processes.
+        cgroup = _call_cgroup(cgroups, settings, track=bwrap is None)
         return cls(settings, workspace, bwrap, _launcher(settings, cgroups, cgroup), env, cgroup)
 
     def __enter__(self) -> Confinement:
@@ -168,16 +170,16 @@ def hidden_paths(settings: Settings, workspace: Path) -> tuple[Path, ...]:
     )
 
 
-def _call_cgroup(cgroups: Cgroups, settings: Settings) -> CallCgroup | None:
+def _call_cgroup(cgroups: Cgroups, settings: Settings, track: bool) -> CallCgroup | None:
     limits = Limits(
         processes=settings.bash_max_processes,
         memory_bytes=settings.bash_memory_mb * _MIB,
         cpu_seconds=settings.bash_cpu_seconds,
     )
-    if not (cgroups.pids or cgroups.memory or cgroups.cpu):
+    if not CallCgroup.needed(cgroups, limits, track):
         return None
     try:
-        return CallCgroup(cgroups, limits)
+        return CallCgroup(cgroups, limits, track)
     except OSError as exc:
         raise ToolError(
             f"Could not make the command's cgroup ({exc}); nothing ran. Try again later."

@@ -53,9 +53,7 @@ def bwrap_argv(bwrap: str, spec: SandboxSpec, cwd: Path) -> list[str]:
     tmp = [] if not spec.tmp_bytes else ["--size", str(spec.tmp_bytes)]
     mounts.append((1, 0, [*tmp, "--tmpfs", SANDBOX_TMP]))
     hidden_dirs = []
-    for path in spec.hidden:
-        if path == Path(SANDBOX_TMP):
-            continue  # the private /tmp hides it already, and must stay writable
+    for path in _needed(spec.hidden, spec.workspace):
         if path.is_dir():
             hidden_dirs.append(path)
             mounts.append((len(path.parts), 0, ["--tmpfs", str(path)]))
@@ -76,6 +74,21 @@ def bwrap_argv(bwrap: str, spec: SandboxSpec, cwd: Path) -> list[str]:
         argv.append("--unshare-net")
     argv.extend(["--cap-drop", "ALL", "--die-with-parent", "--chdir", str(cwd), "--"])
     return argv
+
+
+def _needed(hidden: tuple[Path, ...], workspace: Path) -> list[Path]:
+    """The hidden paths that need a mount of their own: not /tmp (the private /tmp hides it
+    and must stay writable), nor a path inside another hidden one, unless the workspace
+    bind shows it again. Each mount costs time on every call."""
+    covers = [*hidden, Path(SANDBOX_TMP)]
+    needed = []
+    for path in hidden:
+        if path in (Path(SANDBOX_TMP), workspace):
+            continue  # hiding the workspace would make it read-only over its own bind
+        covered = any(other != path and other in path.parents for other in covers)
+        if not covered or workspace in path.parents:
+            needed.append(path)
+    return needed
 
 
 def hidden_paths(

@@ -16,8 +16,9 @@ Commands: ``true`` (the fixed cost) and ``sleep 0.1`` (a sleeping process; on so
 wakes late inside a cgroup, and that shows here). Each round calls every mode once, with
 ``unconfined`` between the first two confined modes and the order reversed every other round,
 so load hits all modes alike and each confined call is paired with the unconfined one of its
-round (right before or after it, for the first two). Per run, mode and command: the median per-call time over ``--calls`` rounds, and
-the overhead, the median of the paired differences against ``unconfined``. Over ``--runs``
+round (right before or after it, for the first two). Per run, mode and command: the median
+per-call time over ``--calls`` rounds, and the overhead, the median of the paired differences
+against ``unconfined``. Over ``--runs``
 runs: min / median / max of those medians.
 """
 
@@ -238,14 +239,14 @@ def run(args: argparse.Namespace) -> None:
         workspace = Workspace(root)
         measured = modes(root, found.bwrap is not None)
         print(f"workspace: {root} (removed at the end)\nmodes:")
-        print(f"  {UNCONFINED:<12} sandbox off, no limits, no cgroup")
+        print(f"  {UNCONFINED:<19} sandbox off, no limits, no cgroup")
         limits = describe(measured[1].settings).lines[-1]
-        print(f"  {LIMITS:<12} sandbox off; {limits}")
+        print(f"  {LIMITS:<19} sandbox off; {limits}")
         if found.bwrap is None:
             print(f"sandbox: not measured: {found.reason}")
         else:
-            print(f"  {SANDBOX:<12} {found.version or found.bwrap} (required); the same limits")
-            print(f"  {SANDBOX_ALONE:<12} the same, without the limits that need a cgroup "
+            print(f"  {SANDBOX:<19} {found.version or found.bwrap} (required); the same limits")
+            print(f"  {SANDBOX_ALONE:<19} the same, without the limits that need a cgroup "
                   "(processes, memory, total CPU)")  # fmt: skip
         print(f"{_count(args.calls, 'call')} per mode and command after "
               f"{_count(args.warmup, 'warm-up round')}, modes interleaved; overhead: median of "

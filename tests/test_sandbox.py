@@ -60,7 +60,7 @@ def _run(settings: Settings, session: str, command: str, timeout: float = 20) ->
     with Executor(settings=settings, session=session) as executor:
         (result,) = executor.run(
             [call(f"c-{uuid.uuid4().hex}", "bash", command=command, timeout=timeout)],
-            timeout=PATIENCE_S,
+            timeout=timeout + PATIENCE_S,
         )
     return result
 
@@ -225,11 +225,14 @@ def test_each_limit_ends_its_hog_with_a_result_naming_it(
 ) -> None:
     worker = _start(make_workers, limited, "a")
 
-    result = _run(limited, "a", command, timeout=60)
+    result = _run(limited, "a", command, timeout=20)
 
     assert result.error_type is ErrorType.TOOL_ERROR, result.content
+    # Each ends by itself at its limit; a fork bomb may instead keep bash retrying its refused
+    # forks into the time limit, and then that result names the limit that held it.
     assert limit in result.content
-    assert "timed out" not in result.content
+    if "timed out after 20 s" in result.content:
+        assert limit == "the limit of 64 processes", result.content
     big = _folder(limited, "a") / "big"
     assert not big.exists() or big.stat().st_size <= 16 * 1024 * 1024
     # The worker lived through it and serves the next call.

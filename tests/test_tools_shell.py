@@ -25,6 +25,7 @@ from tests.support.expect import tool_error
 from tests.support.pids import sleep_marker, survivors
 from tests.support.sandbox import settings_for_mode
 from workers.pipeline._runner import CallEnvironment, run_call
+from workers.tools._cgroup import find_cgroups
 from workers.tools.shell import bash
 
 RunTool = Callable[..., ToolResult]
@@ -318,3 +319,20 @@ def test_a_nul_byte_in_the_command_is_a_clear_error(run_tool: RunTool) -> None:
     message = tool_error(run_tool(bash, command="echo '\x00'"))
     assert message.startswith("command contains a NUL character")
     assert "nothing ran" in message
+
+
+def test_a_timeout_names_the_limit_that_held_the_command(run_tool: RunTool) -> None:
+    if find_cgroups().pids is None:
+        pytest.skip("no writable pids cgroup here: the processes limit is not enforced")
+    marker = sleep_marker()
+    settings = Settings(bash_max_processes=5)
+
+    # The refused forks make bash retry (it waits up to half a minute) into the time limit.
+    result = run_tool(
+        bash, _settings=settings, command=f"for i in $(seq 20); do sleep {marker} & done", timeout=2
+    )
+
+    assert result.error_type is ErrorType.TOOL_ERROR
+    assert "timed out after 2 s" in result.content
+    assert "It had reached the limit of 5 processes" in result.content
+    assert survivors(marker) == []

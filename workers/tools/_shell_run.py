@@ -135,10 +135,14 @@ class ShellRun:
             now = time.monotonic()
             if now >= deadline:
                 self._stop_group()
+                # A command held at a limit (bash retries a refused fork for half a minute)
+                # runs into the time limit: say which limit held it.
+                reached = self._limits_reached(0)
+                also = f" It had reached {_limit_names(reached)}." if reached else ""
                 raise ToolError(
                     self._report(
                         f"Command timed out after {limit:g} s; it and every process it started "
-                        "were killed. Output so far:"
+                        f"were killed.{also} Output so far:"
                     )
                     + f"\nGive a larger timeout (at most {ctx.settings.bash_max_timeout:g} s) "
                     "or split the work into shorter commands."
@@ -192,14 +196,14 @@ class ShellRun:
         """The report of a command that ended; an error if it never ran or hit a limit."""
         if self.confinement is None:
             return self._report(_exit_line(returncode))
-        stderr = next(s.text() for s in self.streams.values() if s.name == "stderr")
+        stderr = self._stderr()
         failure = self.confinement.start_failure(returncode, stderr)
         if failure is not None:
             raise ToolError(
                 f"bash could not run the command: {failure}; nothing ran. Try again later, or "
                 "ask the operator to check the worker."
             )
-        reached = self.confinement.limits_reached(returncode, stderr)
+        reached = self._limits_reached(returncode)
         if reached:
             raise ToolError(
                 self._report(
@@ -208,6 +212,14 @@ class ShellRun:
                 + _LIMIT_HINT
             )
         return self._report(_exit_line(returncode))
+
+    def _stderr(self) -> str:
+        return next(s.text() for s in self.streams.values() if s.name == "stderr")
+
+    def _limits_reached(self, returncode: int) -> list[str]:
+        if self.confinement is None:
+            return []
+        return self.confinement.limits_reached(returncode, self._stderr())
 
     def close(self) -> None:
         """Make sure nothing is left: the group signalled, the pipes and selector closed."""

@@ -1,8 +1,8 @@
 """How a benchmark script runs: Ctrl-C and SIGTERM stop it cleanly, failures are one line.
 
-Shared by ``scripts/bench_calls.py`` and ``scripts/bench_sessions.py``: the first interrupt
-stops the measuring (later ones are ignored, so the clean-up of workers and Redis finishes);
-exit code 0 when done, 1 when it failed, 130 when interrupted.
+Shared by the benchmark scripts: the first interrupt stops the measuring (later ones are
+ignored, so the clean-up of workers and Redis finishes); exit code 0 when done, 1 when it
+failed, 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -27,10 +27,15 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def run_bench(run: Callable[[], None], failures: tuple[type[Exception], ...]) -> int:
-    """Run a benchmark; ``failures`` are the errors that end it with a one-line message."""
-    signal.signal(signal.SIGINT, _interrupt)
-    signal.signal(signal.SIGTERM, _interrupt)
+def run_bench(
+    run: Callable[[], None],
+    failures: tuple[type[Exception], ...],
+    stopped: str = "workers and Redis stopped",
+) -> int:
+    """Run a benchmark; ``failures`` are the errors that end it with a one-line message;
+    ``stopped`` says what was cleaned up after an interrupt."""
+    saved = signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _interrupt)
+    _INTERRUPTED.clear()
     started = time.monotonic()
     try:
         run()
@@ -40,10 +45,14 @@ def run_bench(run: Callable[[], None], failures: tuple[type[Exception], ...]) ->
         if not _INTERRUPTED.is_set():
             print(f"\nbenchmark failed: Redis error: {exc}", file=sys.stderr)
             return 1
-        print("\ninterrupted: workers and Redis stopped", file=sys.stderr)
+        print(f"\ninterrupted: {stopped}", file=sys.stderr)
         return 130
     except failures as exc:
         print(f"\nbenchmark failed: {exc}", file=sys.stderr)
         return 1
+    finally:
+        # Called in-process (the benchmarks' tests), the caller keeps its own handlers.
+        signal.signal(signal.SIGINT, saved[0])
+        signal.signal(signal.SIGTERM, saved[1])
     print(f"\n(total {time.monotonic() - started:.1f} s)")
     return 0

@@ -29,7 +29,6 @@ import contextlib
 import os
 import platform
 import shlex
-import signal
 import statistics
 import sys
 import tempfile
@@ -37,10 +36,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from executor import Settings, ToolContext, ToolError
 from executor.contract import Workspace
+from tests.support.bench.entry import run_bench
 from workers.tools import _confine
 from workers.tools._cgroup import Cgroups
 from workers.tools._confine import describe
@@ -279,28 +278,11 @@ def run(args: argparse.Namespace) -> None:
     print(f"{GOAL}: median over runs " + ", ".join(verdicts))
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # Later signals are ignored, so the running call and the workspace are cleaned up.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit code 0 when done, 1 when a call failed, 130 when interrupted."""
     args = _options(argv)
-    saved = signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _interrupt)
-    started = time.monotonic()
-    try:
-        run(args)
-    except KeyboardInterrupt:
-        print("\ninterrupted: the running call and the workspace were cleaned up", file=sys.stderr)
-        return 130
-    except (BenchError, ToolError) as exc:
-        print(f"\nbenchmark failed: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, saved[0])
-        signal.signal(signal.SIGTERM, saved[1])
-    print(f"\n(total {time.monotonic() - started:.1f} s)")
-    return 0
+    return run_bench(
+        lambda: run(args),
+        (BenchError, ToolError),
+        stopped="the running call and the workspace were cleaned up",
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import textwrap
 import threading
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
+from rq import Worker
 
 from executor import (
     ErrorType,
@@ -36,7 +38,7 @@ from executor.wire import (
     read_entries,
     withdraw_catalog,
 )
-from tests.support.procs import running_pool
+from tests.support.procs import python_path_env, running_pool
 from tests.support.waiting import wait_for
 from workers import builtin_registry
 from workers.pool._pool import WorkerPool
@@ -170,6 +172,44 @@ def test_a_stopped_pool_withdraws_its_catalog(settings: Settings, client: redis.
     finally:
         pool.stop(grace=10.0)
     assert read_entries(client, Keys()) == []
+
+
+_STOPPED_WHILE_STARTING = textwrap.dedent("""
+    import os, signal, sys
+    from executor import Settings
+    from workers import builtin_registry
+    from workers.pool import _rq_worker
+    from workers.pool._process import run_worker
+
+    register_birth = _rq_worker.ToolpoolWorker.register_birth
+
+    def registered_then_stopped(self, *args, **kwargs):
+        # The moment a pool sees the worker ready and may stop it: RQ has not yet entered
+        # its loop.
+        register_birth(self, *args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    _rq_worker.ToolpoolWorker.register_birth = registered_then_stopped
+    worked = run_worker(sys.argv[1], Settings.from_env(), builtin_registry(), name="early")
+    print("returned", worked)
+""")
+
+
+@pytest.mark.proof  # a real worker process
+def test_a_worker_stopped_while_starting_still_withdraws_its_catalog(
+    settings: Settings, client: redis.Redis, tmp_path: Path
+) -> None:
+    env = python_path_env({k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")})
+    env["TOOLPOOL_WORKSPACE"] = str(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", _STOPPED_WHILE_STARTING, str(settings.redis_url)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert "returned False" in done.stdout
+    assert read_entries(client, Keys()) == []
+    assert Worker.all(connection=client) == []
 
 
 def _entry(worker: str, names: list[str], *, queue: str = "toolpool.default") -> WorkerCatalog:

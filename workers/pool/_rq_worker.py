@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
-from rq.exceptions import DeserializationError, InvalidJobOperation
+from rq.exceptions import DeserializationError, InvalidJobOperation, StopRequested
 from rq.job import Job, JobStatus
 from rq.utils import now as now_utc
 from rq.worker import WorkerStatus
@@ -108,6 +108,22 @@ class _RefusingMixin:
         self._state: str
         self._suspension_checked_at = -_SUSPENSION_CHECK_S
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        # RQ registers the worker (what a pool waits for before it may stop it) before it
+        # installs its SIGTERM handler: a stop in between killed the worker outright, leaving
+        # its catalog entry behind. Its warm-stop handler now comes first.
+        self._install_signal_handlers()  # type: ignore[attr-defined]  # an RQ worker follows
+        super().bootstrap(*args, **kwargs)  # type: ignore[misc]  # an RQ worker follows
+
+    def work(self, *args: Any, **kwargs: Any) -> bool:
+        try:
+            worked: bool = super().work(*args, **kwargs)  # type: ignore[misc]
+        except StopRequested:
+            # Stopped while RQ was still starting, before its loop: leave as the loop would.
+            self.teardown()  # type: ignore[attr-defined]
+            return False
+        return worked
 
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         """RQ's worker heartbeat, at most once a second, its three commands in one round trip.

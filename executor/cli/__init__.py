@@ -25,6 +25,7 @@ from executor.cli._common import (
     talking_to,
 )
 from executor.cli._lock import lock as lock_group
+from executor.cli._mcp import mcp_command
 from executor.cli._ops import events_command, status_command
 from executor.cli._sessions import session as session_group
 from executor.client import Executor, TurnError
@@ -248,6 +249,7 @@ main.add_command(status_command)
 main.add_command(events_command)
 main.add_command(lock_group)
 main.add_command(session_group)
+main.add_command(mcp_command)
 
 
 def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:

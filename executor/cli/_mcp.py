@@ -1,0 +1,62 @@
+"""``toolpool mcp``: the pool's tools for MCP clients, over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import anyio
+import click
+
+from executor.cli._common import connection_options, require_redis, session_option, settings_for
+
+_MISSING = (
+    "toolpool mcp needs the MCP SDK: pip install 'toolpool[mcp]' (the official `mcp` package)."
+)
+
+
+@click.command("mcp")
+@connection_options
+@session_option
+@click.option("--http", "use_http", is_flag=True,
+              help="Serve streamable HTTP at http://HOST:PORT/mcp for many clients, instead of "
+                   "one client on stdin/stdout.")  # fmt: skip
+@click.option("--host", default="127.0.0.1", show_default=True, help="With --http: the address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="With --http: the port.")  # fmt: skip
+@click.option("--token", envvar="TOOLPOOL_MCP_TOKEN", default=None,
+              help="With --http: require `Authorization: Bearer TOKEN` (env "
+                   "TOOLPOOL_MCP_TOKEN; set it there: a command line is public).")  # fmt: skip
+def mcp_command(
+    redis_url: str | None, prefix: str | None, session: str | None, use_http: bool, host: str,
+    port: int, token: str | None,
+) -> None:  # fmt: skip
+    """Serve the pool's tools to MCP clients.
+
+    tools/list gives the live workers' tools, with read-only and destructive hints; tools/call
+    runs the call on the pool (a client's cancel cancels it there). With --session, every call
+    runs in that session's folder and lock scope.
+
+    Without --http it speaks MCP on stdin/stdout, for a client that starts it as a subprocess.
+    """
+    settings = settings_for(redis_url, prefix)
+    require_redis(settings)
+    try:
+        from executor.mcp import serve_http, serve_stdio
+    except ImportError:
+        raise click.ClickException(_MISSING) from None
+    if not use_http:
+        anyio.run(lambda: serve_stdio(settings, session=session))
+        return
+    if host not in ("127.0.0.1", "localhost", "::1") and not token:
+        click.echo(f"toolpool mcp: WARNING: serving {host} without --token: anyone who can "
+                   "reach it can run every tool the pool serves.", err=True)  # fmt: skip
+
+    def ready(url: str) -> None:
+        click.echo(f"toolpool mcp: serving on {url}")
+        sys.stdout.flush()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        anyio.run(lambda: serve_http(settings, host=host, port=port, session=session,
+                                     token=token, on_ready=ready))  # fmt: skip
+    click.echo("toolpool mcp: stopped")

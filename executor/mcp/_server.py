@@ -1,0 +1,187 @@
+"""The pool as an MCP server: its live tools listed, each ``tools/call`` run as a turn on it.
+
+Built on the official ``mcp`` SDK's low-level server. ``tools/list`` reads the live workers'
+catalog on every request (a tool a worker stops serving disappears), with the MCP hints from
+each tool's flags: ``readOnlyHint`` for read-only tools, ``destructiveHint`` for the others.
+``tools/call`` submits a one-call turn and waits for its result in a thread, so parallel calls
+from one client run in parallel (and run together on the pool when their tools are
+concurrency-safe); the result's text is the ``ToolResult``'s content, truncation note
+included, and ``isError`` is set for error results. A client's cancellation cancels the turn
+on the pool. While a call waits, the client gets progress notifications, if it asked for them.
+
+The orchestrator's ``Executor`` is not shared between threads: each call borrows one from a
+small pool (``_Executors``) and gives it back.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+
+from executor._errors import ToolpoolError
+from executor._settings import Settings
+from executor.client import Executor
+from executor.contract import ToolInfo
+from executor.wire import ToolCall, ToolResult
+
+NAME = "toolpool"
+# How often a waiting call tells the client it is still waiting (if it asked for progress).
+_PROGRESS_S = 1.0
+
+
+class _Executors:
+    """Executors for calls in flight: one per thread at a time, kept for reuse."""
+
+    def __init__(self, make: Callable[[], Executor]) -> None:
+        self._make = make
+        self._idle: queue.SimpleQueue[Executor] = queue.SimpleQueue()
+        self._all: list[Executor] = []
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def borrow(self) -> Iterator[Executor]:
+        try:
+            executor = self._idle.get_nowait()
+        except queue.Empty:
+            executor = self._make()
+            with self._lock:
+                self._all.append(executor)
+        try:
+            yield executor
+        except BaseException:
+            # A call cut short (cancelled) may leave a thread still using it: never lend it
+            # again; closing it ends that thread's wait too.
+            with self._lock:
+                self._all.remove(executor)
+            executor.close()
+            raise
+        self._idle.put(executor)
+
+    def close(self) -> None:
+        with self._lock:
+            for executor in self._all:
+                executor.close()
+            self._all.clear()
+
+
+def mcp_tool(info: ToolInfo) -> types.Tool:
+    """A tool as MCP lists it: schema, description and the hints its flags give."""
+    return types.Tool(
+        name=info.name,
+        description=info.description,
+        input_schema=info.parameters,
+        annotations=types.ToolAnnotations(
+            read_only_hint=info.is_read_only,
+            destructive_hint=not info.is_read_only,
+        ),
+    )
+
+
+def mcp_result(result: ToolResult) -> types.CallToolResult:
+    """A ``ToolResult`` as MCP answers it: its text, and ``isError`` for an error result."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=result.content)], is_error=result.is_error
+    )
+
+
+class PoolServer:
+    """The MCP server of one pool (and, optionally, one session on it)."""
+
+    def __init__(self, settings: Settings, *, session: str | None = None) -> None:
+        self.settings = settings
+        self.session = session
+        self._executors = _Executors(lambda: Executor(settings=settings, session=session))
+        self.server: Server[Any] = Server(
+            NAME,
+            version=_version(),
+            instructions="Tools run on a toolpool worker pool: reads run together, writes "
+            "and shell commands one at a time; long results come back cut, with a note.",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    def close(self) -> None:
+        self._executors.close()
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        infos = await anyio.to_thread.run_sync(self._tools)
+        return types.ListToolsResult(tools=[mcp_tool(info) for info in infos])
+
+    def _tools(self) -> list[ToolInfo]:
+        with self._executors.borrow() as executor:
+            return executor.tools()
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        call = ToolCall(name=params.name, arguments=params.arguments or {})
+        with self._executors.borrow() as executor:
+            try:
+                turn = await anyio.to_thread.run_sync(lambda: executor.submit([call]))
+            except ToolpoolError as exc:
+                # Refused before it reached the pool (no worker, an unknown session...).
+                return types.CallToolResult(
+                    content=[types.TextContent(text=str(exc))], is_error=True
+                )
+            try:
+                results = await self._wait(ctx, executor, turn)
+            except anyio.get_cancelled_exc_class():
+                # The client cancelled the request: cancel the call on the pool too.
+                with anyio.CancelScope(shield=True):
+                    await anyio.to_thread.run_sync(lambda: executor.cancel(turn))
+                raise
+        return mcp_result(results[0])
+
+    async def _wait(
+        self, ctx: ServerRequestContext[Any], executor: Executor, turn: Any
+    ) -> list[ToolResult]:
+        """Collect the turn's result; meanwhile, progress for a client that asked for it."""
+        done = anyio.Event()
+        started = time.monotonic()
+        token = (ctx.meta or {}).get("progress_token")
+
+        async def progress() -> None:
+            if token is None:
+                return  # the client did not ask for progress
+            beat = 0
+            while not done.is_set():
+                with anyio.move_on_after(_PROGRESS_S):
+                    await done.wait()
+                if done.is_set():
+                    return
+                beat += 1
+                waited = time.monotonic() - started
+                await ctx.session.send_progress_notification(
+                    token, beat, None, f"waiting on the pool for {waited:.0f} s",
+                    related_request_id=None if ctx.request_id is None else str(ctx.request_id),
+                )  # fmt: skip
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(progress)
+            try:
+                results: list[ToolResult] = await anyio.to_thread.run_sync(
+                    lambda: executor.collect(turn), abandon_on_cancel=True
+                )
+            finally:
+                done.set()
+        return results
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolpool")
+    except PackageNotFoundError:
+        return "0"

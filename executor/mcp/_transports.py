@@ -1,0 +1,88 @@
+"""How the MCP server is reached: stdio for one client, streamable HTTP for many."""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.stdio import stdio_server
+
+from executor._settings import Settings
+from executor.mcp._server import PoolServer
+
+ASGIApp = Callable[..., Any]
+PATH = "/mcp"
+
+
+async def serve_stdio(settings: Settings, *, session: str | None = None) -> None:
+    """Serve one client on this process's stdin and stdout until it closes them."""
+    pool = PoolServer(settings, session=session)
+    try:
+        async with stdio_server() as (read, write):
+            await pool.server.run(read, write, pool.server.create_initialization_options())
+    finally:
+        pool.close()
+
+
+def http_app(
+    settings: Settings, *, session: str | None = None, token: str | None = None,
+    host: str = "127.0.0.1",
+) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
+    """The streamable-HTTP ASGI app (MCP at ``/mcp``), behind the bearer token if one is set."""
+    pool = PoolServer(settings, session=session)
+    app: ASGIApp = pool.server.streamable_http_app(streamable_http_path=PATH, host=host)
+    if token:
+        app = _require_token(app, token)
+    return app, pool
+
+
+def _require_token(app: ASGIApp, token: str) -> ASGIApp:
+    """Answer 401 to an HTTP request without ``Authorization: Bearer TOKEN``."""
+    expected = f"Bearer {token}".encode()
+
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, expected):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="toolpool"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body",
+                            "body": b'{"error": "a bearer token is required: send '
+                                    b'Authorization: Bearer TOKEN"}'})  # fmt: skip
+                return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def serve_http(
+    settings: Settings, *, host: str, port: int, session: str | None = None,
+    token: str | None = None, on_ready: Callable[[str], None] | None = None,
+) -> None:  # fmt: skip
+    """Serve streamable HTTP on ``host:port`` until cancelled; ``on_ready(url)`` once it
+    listens."""
+    app, pool = http_app(settings, session=session, token=token, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.serve)
+            while not server.started:
+                if server.should_exit:
+                    return
+                await anyio.sleep(0.02)
+            if on_ready is not None:
+                on_ready(f"http://{host}:{port}{PATH}")
+    finally:
+        pool.close()

@@ -1,0 +1,570 @@
+"""``toolpool mcp`` as a real process, driven by the official MCP client SDK.
+
+The server runs as ``python -m executor.cli mcp`` over stdio (the client starts it) and over
+streamable HTTP (started here, found by the line it prints once it listens); two real worker
+processes serve the nine built-in tools behind it. Each test drives the client with
+``anyio.run`` from a plain sync test, inside a deadline, so a hung server fails the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import mcp_types as types
+import pytest
+import redis
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+
+from executor import Sessions, Settings
+from executor.wire import Keys, read_catalog
+from tests.support.pids import ancestors, processes_with, sleep_marker, survivors
+from tests.support.ports import free_port
+from tests.support.procs import MakeWorkers, Workers, python_path_env
+from tests.support.waiting import PATIENCE_S, wait_for
+from workers import builtin_registry
+
+pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLPOOL = [sys.executable, "-m", "executor.cli"]
+# Nothing listens on the discard port of the loopback: get_weather fails at once, offline.
+NOWHERE = "http://127.0.0.1:9"
+NINE = {"get_weather", "calculator", "read_file", "write_file", "list_directory", "edit_file",
+        "glob", "grep", "bash"}  # fmt: skip
+READ_ONLY = {"read_file", "list_directory", "glob", "grep", "get_weather", "calculator"}
+DESTRUCTIVE = {"write_file", "edit_file", "bash"}
+# The whole of one test's conversation with the server; only a broken server reaches it.
+SCENARIO_S = 180.0
+# ``... [588000 characters, 99000 lines dropped; full output: ...] ...`` (see ``marker``).
+_MARKER = re.compile(r"\n\n\.\.\. \[(\d+) characters?, (\d+) lines? dropped[^\]]*\] \.\.\.\n\n")
+
+# How the client connects: "auto" finds the newest protocol both speak (2026-07-28, request by
+# request); "legacy" is the initialize handshake (2025-era protocol) most MCP hosts use today.
+MODES = ["auto", "legacy"]
+
+Scenario = Callable[[], Awaitable[None]]
+
+
+# -- the pool and the server processes ----------------------------------------------------------
+
+
+def mcp_env(**extra: str) -> dict[str, str]:
+    """The server's environment: ours without any TOOLPOOL_* variable, the repository on the
+    path, plus ``extra`` (otherwise settings come from the command line only)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")}
+    return python_path_env({**env, **extra})
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def pool(redis_url: str, workspace: Path, make_workers: MakeWorkers) -> Iterator[Workers]:
+    """Two worker processes serving the nine built-in tools on ``workspace``; their logs are
+    printed at teardown (pytest shows them when the test failed)."""
+    settings = Settings(
+        redis_url=redis_url, workspace=workspace, bash_sandbox="off",
+        weather_url=NOWHERE, geocoding_url=NOWHERE,
+    )  # fmt: skip
+    workers = make_workers(settings)
+    workers.start(2, registry="workers:builtin_registry")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        # tools/list reads the live workers' catalog: wait until both have published it.
+        keys = Keys(settings.key_prefix)
+        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 2,
+                 "both workers' catalog")  # fmt: skip
+    finally:
+        client.close()
+    yield workers
+    print(workers.diagnosis())
+
+
+@pytest.fixture
+def server_log(tmp_path: Path) -> Iterator[Path]:
+    """Where the MCP server writes its stderr; printed at teardown, for a failed test."""
+    log = tmp_path / "mcp-server.log"
+    yield log
+    if log.exists():
+        print(f"--- MCP server stderr ---\n{log.read_text(errors='replace')[-5000:]}")
+
+
+@asynccontextmanager
+async def stdio_session(
+    redis_url: str | None, log: Path, mode: str = "auto", **env: str
+) -> AsyncIterator[Client]:
+    """A client connected to a ``toolpool mcp`` process it started, over stdio: ``--redis
+    redis_url``, or (``None``) nothing on the command line, ``env`` saying it all."""
+    args = ["-m", "executor.cli", "mcp"]
+    if redis_url is not None:
+        args += ["--redis", redis_url]
+    params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env),
+                                   cwd=ROOT)  # fmt: skip
+    with log.open("a") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=mode,
+                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+            yield client
+
+
+@asynccontextmanager
+async def http_session(
+    url: str, token: str | None = None, mode: str = "auto"
+) -> AsyncIterator[Client]:
+    """A client connected to a running HTTP server, sending ``token`` as a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = httpx2.Timeout(PATIENCE_S, read=PATIENCE_S * 4)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, read_timeout_seconds=PATIENCE_S * 2) as client:
+            yield client
+
+
+class _Output:
+    """A process's stdout read line by line in a thread (so the pipe never fills), and an
+    event set once a wanted line has been seen."""
+
+    def __init__(self, process: subprocess.Popen[str], wanted: str) -> None:
+        self.lines: list[str] = []
+        self.seen = threading.Event()
+        self._process = process
+        self._wanted = wanted
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self.lines.append(line)
+            if line.strip() == self._wanted:
+                self.seen.set()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def close(self) -> None:
+        """After the process ended: the rest of its output read, the pipe closed."""
+        self._thread.join(timeout=PATIENCE_S)
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+
+
+@contextmanager
+def http_server(
+    redis_url: str, log: Path, token: str | None = None, *, token_in_env: bool = False
+) -> Iterator[str]:
+    """``toolpool mcp --http`` on a free loopback port; yields its MCP URL once it listens.
+
+    ``token`` goes on the command line, or with ``token_in_env`` in TOOLPOOL_MCP_TOKEN."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    argv = [*TOOLPOOL, "mcp", "--http", "--host", "127.0.0.1", "--port", str(port),
+            "--redis", redis_url]  # fmt: skip
+    env = mcp_env()
+    if token is not None and token_in_env:
+        env["TOOLPOOL_MCP_TOKEN"] = token
+    elif token is not None:
+        argv += ["--token", token]
+    with log.open("ab") as stderr:
+        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+    output = _Output(process, f"toolpool mcp: serving on {url}")
+    try:
+        # Either the line comes or the process ends (its stdout closes): no waiting past that.
+        wait_for(lambda: output.seen.is_set() or process.poll() is not None,
+                 f"the server to say it serves {url}")  # fmt: skip
+        assert output.seen.is_set(), (
+            f"the server ended (exit {process.poll()}) before serving; its stdout: "
+            f"{output.text()!r}"
+        )
+        yield url
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=PATIENCE_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=PATIENCE_S)
+        output.close()
+        print(f"--- MCP server stdout ---\n{output.text()[-3000:]}")
+
+
+def run(scenario: Scenario) -> None:
+    """Run an async scenario from a sync test, failing it past ``SCENARIO_S``."""
+
+    async def bounded() -> None:
+        with anyio.fail_after(SCENARIO_S):
+            await scenario()
+
+    anyio.run(bounded)
+
+
+async def wait_until(condition: Callable[[], object], what: str) -> None:
+    """Poll ``condition`` without blocking the event loop; fail after ``PATIENCE_S``."""
+    with anyio.move_on_after(PATIENCE_S):
+        while not await anyio.to_thread.run_sync(condition):
+            await anyio.sleep(0.02)
+        return
+    raise AssertionError(f"timed out after {PATIENCE_S:g} s waiting for {what}")
+
+
+def text_of(result: types.CallToolResult) -> str:
+    """The one text item of a result (the spec: exactly one, the ToolResult's content)."""
+    assert len(result.content) == 1, result.content
+    (item,) = result.content
+    assert isinstance(item, types.TextContent), item
+    return item.text
+
+
+def ok_text(result: types.CallToolResult) -> str:
+    """The text of a result that must not be an error."""
+    text = text_of(result)
+    assert result.is_error is False, text
+    return text
+
+
+def error_text(result: types.CallToolResult) -> str:
+    """The text of a result that must be an error."""
+    text = text_of(result)
+    assert result.is_error is True, text
+    return text
+
+
+# -- over stdio -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_lists_the_nine_tools_with_their_schemas_and_hints(
+    mode: str, redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    expected = {tool.name: tool for tool in builtin_registry()}
+    listed: list[types.Tool] = []
+    versions: list[str] = []
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log, mode) as client:
+            versions.append(client.protocol_version)
+            listed.extend((await client.list_tools()).tools)
+
+    run(scenario)
+    era = MODERN_PROTOCOL_VERSIONS if mode == "auto" else HANDSHAKE_PROTOCOL_VERSIONS
+    assert versions[0] in era, versions
+    assert sorted(t.name for t in listed) == sorted(NINE) == sorted(expected)
+    for tool in listed:
+        assert tool.input_schema == expected[tool.name].parameters, tool.name
+        assert tool.description == expected[tool.name].description, tool.name
+        assert tool.annotations is not None, tool.name
+        assert tool.annotations.read_only_hint is (tool.name in READ_ONLY), tool.name
+        assert tool.annotations.destructive_hint is (tool.name in DESTRUCTIVE), tool.name
+
+
+def test_settings_from_the_environment_alone(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    answers: list[str] = []
+
+    async def scenario() -> None:
+        # No --redis, no --prefix: TOOLPOOL_REDIS_URL and TOOLPOOL_KEY_PREFIX say where.
+        async with stdio_session(None, server_log, TOOLPOOL_REDIS_URL=redis_url,
+                                 TOOLPOOL_KEY_PREFIX="toolpool") as client:  # fmt: skip
+            answers.append(ok_text(await client.call_tool("calculator", {"expression": "6*7"})))
+
+    run(scenario)
+    assert answers == ["6*7 = 42"]
+
+
+def test_calls_each_builtin_tool_on_the_pool(
+    redis_url: str, pool: Workers, workspace: Path, server_log: Path
+) -> None:
+    texts: dict[str, str] = {}
+    weather: list[types.CallToolResult] = []
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log) as client:
+            calls: list[tuple[str, dict[str, Any]]] = [
+                ("write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}),
+                ("read_file", {"path": "notes/a.txt"}),
+                ("edit_file", {"path": "notes/a.txt", "old_string": "beta",
+                               "new_string": "gamma"}),
+                ("list_directory", {"path": "notes"}),
+                ("glob", {"pattern": "**/*.txt"}),
+                ("grep", {"pattern": "gamma"}),
+                ("bash", {"command": "echo hi from $((6 * 7))"}),
+                ("calculator", {"expression": "6*7"}),
+            ]  # fmt: skip
+            for name, arguments in calls:
+                texts[name] = ok_text(await client.call_tool(name, arguments))
+            weather.append(await client.call_tool("get_weather", {"city": "Berlin"}))
+
+    run(scenario)
+    assert texts == {
+        "write_file": "Successfully wrote 11 bytes to notes/a.txt",
+        "read_file": "alpha\nbeta\n",
+        "edit_file": "Replaced 1 occurrence in notes/a.txt.",
+        "list_directory": "a.txt",
+        "glob": "notes/a.txt",
+        "grep": "notes/a.txt:2: gamma",
+        "bash": "exit code: 0\nstdout:\nhi from 42",
+        "calculator": "6*7 = 42",
+    }
+    # The workers did the writing, in the pool's workspace.
+    assert (workspace / "notes" / "a.txt").read_text() == "alpha\ngamma\n"
+    # Offline: the weather service's address refuses; the model is told so, as an error.
+    message = error_text(weather[0])
+    assert message.startswith("The weather service at 127.0.0.1:9 is unreachable"), message
+
+
+def test_error_results_are_marked_as_errors(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    texts: dict[str, str] = {}
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log) as client:
+            missing = await client.call_tool("read_file", {"path": "missing.txt"})
+            texts["missing"] = error_text(missing)
+            texts["division"] = error_text(
+                await client.call_tool("calculator", {"expression": "1/0"})
+            )
+            texts["unknown"] = error_text(await client.call_tool("no_such_tool", {}))
+            texts["bad arguments"] = error_text(
+                await client.call_tool("calculator", {"expresion": "1+1"})
+            )
+            # Errors end calls, not the session.
+            texts["after"] = ok_text(await client.call_tool("calculator", {"expression": "2+2"}))
+
+    run(scenario)
+    assert texts["missing"].startswith("File not found: missing.txt"), texts
+    assert texts["division"] == "Division by zero in the expression.", texts
+    assert texts["unknown"].startswith("Unknown tool 'no_such_tool'. Available tools: "), texts
+    assert texts["bad arguments"].startswith("Invalid arguments for tool 'calculator':"), texts
+    assert "- expression: Field required" in texts["bad arguments"], texts
+    assert texts["after"] == "2+2 = 4"
+
+
+def test_a_long_result_comes_back_cut_with_the_marker(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    results: list[types.CallToolResult] = []
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log) as client:
+            results.append(await client.call_tool("bash", {"command": "seq 1 100000"}))
+
+    run(scenario)
+    text = ok_text(results[0])
+    found = _MARKER.search(text)
+    assert found is not None, text[:500]
+    head, tail = text[: found.start()], text[found.end() :]
+    assert head.startswith("exit code: 0\nstdout:\n1\n2\n3\n"), head[:100]
+    assert tail.endswith("\n99999\n100000"), tail[-100:]
+    # seq's 588,895 characters and 100,000 lines, but for the few thousand shown.
+    dropped_chars, dropped_lines = int(found.group(1)), int(found.group(2))
+    assert 580_000 < dropped_chars < 588_895, found.group(0)
+    assert 99_000 < dropped_lines < 100_000, found.group(0)
+    assert len(head) + len(tail) + dropped_chars == len("exit code: 0\nstdout:\n") + 588_894
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token_in_env", [False, True], ids=["--token", "TOOLPOOL_MCP_TOKEN"])
+def test_http_with_a_token_refuses_requests_without_it(
+    token_in_env: bool, redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    token = "s3cret-token-for-the-test"
+    statuses: dict[str, int] = {}
+    listed: list[str] = []
+    answers: list[str] = []
+
+    initialize = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}},
+    }  # fmt: skip
+    accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+    async def scenario(url: str) -> None:
+        async with httpx2.AsyncClient(timeout=PATIENCE_S) as http:
+            for label, extra in (("none", {}), ("wrong", {"Authorization": "Bearer nope"}),
+                                 ("not bearer", {"Authorization": token})):  # fmt: skip
+                response = await http.post(
+                    url, content=json.dumps(initialize), headers={**accept, **extra}
+                )
+                statuses[label] = response.status_code
+        async with http_session(url, token) as client:
+            listed.extend(t.name for t in (await client.list_tools()).tools)
+            answers.append(ok_text(await client.call_tool("calculator", {"expression": "6*7"})))
+
+    with http_server(redis_url, server_log, token=token, token_in_env=token_in_env) as url:
+        run(lambda: scenario(url))
+    assert statuses == {"none": 401, "wrong": 401, "not bearer": 401}
+    assert sorted(listed) == sorted(NINE)
+    assert answers == ["6*7 = 42"]
+
+
+def test_two_http_clients_at_once_each_write_and_read_their_file(
+    redis_url: str, pool: Workers, workspace: Path, server_log: Path
+) -> None:
+    read_back: dict[str, str] = {}
+
+    async def scenario(url: str) -> None:
+        connected = 0
+        ready = anyio.Event()
+
+        async def converse(name: str) -> None:
+            nonlocal connected
+            content = f"{name}'s own text\n" * 10  # within read_file's 500 characters
+            async with http_session(url) as client:
+                connected += 1
+                if connected == 2:
+                    ready.set()
+                # Both sessions are open before either calls: they overlap on the server.
+                await ready.wait()
+                wrote = ok_text(await client.call_tool(
+                    "write_file", {"path": f"{name}.txt", "content": content}))  # fmt: skip
+                assert wrote == f"Successfully wrote {len(content)} bytes to {name}.txt"
+                read_back[name] = ok_text(
+                    await client.call_tool("read_file", {"path": f"{name}.txt"})
+                )
+
+        async with anyio.create_task_group() as group:
+            for name in ("first", "second"):
+                group.start_soon(converse, name)
+
+    with http_server(redis_url, server_log) as url:
+        run(lambda: scenario(url))
+    for name in ("first", "second"):
+        assert read_back[name] == f"{name}'s own text\n" * 10
+        assert (workspace / f"{name}.txt").read_text() == f"{name}'s own text\n" * 10
+
+
+# -- cancellation -----------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def connected(transport: str, mode: str, redis_url: str, log: Path) -> AsyncIterator[Client]:
+    """A client over ``transport`` ("stdio" or "http"), the server started for it."""
+    if transport == "stdio":
+        async with stdio_session(redis_url, log, mode) as client:
+            yield client
+        return
+    with http_server(redis_url, log) as url:
+        async with http_session(url, mode=mode) as client:
+            yield client
+
+
+# A 2026-07-28 client cancels over HTTP by closing the request's stream; a handshake-era
+# client sends notifications/cancelled (over stdio, both eras send that notification).
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_cancelling_a_running_call_ends_its_process(
+    transport: str, mode: str, redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    marker = sleep_marker()  # a 300 s sleep: only the cancellation can end it in time
+    worker_pids = {w.pid for w in pool.started}
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with connected(transport, mode, redis_url, server_log) as client:
+
+            async def call() -> None:
+                outcome["result"] = await client.call_tool(
+                    "bash", {"command": f"sleep {marker}", "timeout": 500}
+                )
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                await wait_until(lambda: processes_with(marker), "the call's sleep to start")
+                # bash may exec the sleep or run it as its child: either holds the marker.
+                outcome["on a worker"] = all(
+                    worker_pids & set(ancestors(pid)) for pid in processes_with(marker)
+                )
+                group.cancel_scope.cancel()  # the client's cancel of its request
+            left = await anyio.to_thread.run_sync(survivors, marker, PATIENCE_S)
+            # Checked here: the next bash would wait for the lock the sleep still holds.
+            assert left == [], f"the cancelled call's sleep still runs: {left}"
+            # The session goes on, and the cancelled bash let go of the pool's write lock.
+            outcome["after"] = ok_text(await client.call_tool("bash", {"command": "echo after"}))
+
+    try:
+        run(scenario)
+    finally:
+        for pid in processes_with(marker):  # a failed cancellation leaves its sleep: ours to end
+            os.kill(pid, signal.SIGKILL)
+    assert outcome["on a worker"], "the sleep did not run in a worker process"
+    assert "result" not in outcome, outcome["result"]
+    assert outcome["after"] == "exit code: 0\nstdout:\nafter"
+
+
+def test_a_waiting_call_reports_progress_to_a_client_that_asked(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    heard: list[tuple[float, str | None]] = []
+    texts: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, message))
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log) as client:
+            result = await client.call_tool(
+                "bash", {"command": "sleep 2.5; echo done"}, progress_callback=on_progress
+            )
+            texts.append(ok_text(result))
+
+    run(scenario)
+    assert texts == ["exit code: 0\nstdout:\ndone"]
+    # One a second while it ran: at least two in 2.5 s, numbered, saying how long.
+    assert len(heard) >= 2, heard
+    assert [progress for progress, _ in heard] == list(range(1, len(heard) + 1))
+    assert all(message and "waiting on the pool for" in message for _, message in heard)
+
+
+def test_with_a_session_every_call_runs_in_its_folder(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    sessions_root = tmp_path / "sessions"
+    sessions_root.mkdir()
+    settings = Settings(redis_url=redis_url, sessions_root=sessions_root, workspace=sessions_root,
+                        serve_pool_calls=False, bash_sandbox="off")  # fmt: skip
+    make_workers(settings).start(1, registry="workers:builtin_registry")
+    with Sessions(settings=settings) as admin:
+        admin.create("agent-1", timeout=PATIENCE_S)
+    texts: list[str] = []
+
+    async def scenario() -> None:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "executor.cli", "mcp", "--redis", redis_url, "--session", "agent-1"],
+            env=mcp_env(), cwd=ROOT,
+        )  # fmt: skip
+        with server_log.open("a") as errlog:
+            async with Client(stdio_client(params, errlog=errlog),
+                              read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+                await client.call_tool("write_file", {"path": "notes.md", "content": "mine"})
+                texts.append(ok_text(await client.call_tool("bash", {"command": "pwd"})))
+
+    run(scenario)
+    folder = Path(os.path.realpath(sessions_root / "agent-1"))
+    assert (folder / "notes.md").read_text() == "mine"
+    assert texts == [f"exit code: 0\nstdout:\n{folder}"]

@@ -12,11 +12,9 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +30,14 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 
 from executor import Sessions, Settings
 from executor.wire import Keys, read_catalog
+from tests.support.mcp import ROOT, http_server, mcp_env
 from tests.support.pids import ancestors, processes_with, sleep_marker, survivors
-from tests.support.ports import free_port
-from tests.support.procs import MakeWorkers, Workers, python_path_env
+from tests.support.procs import MakeWorkers, Workers
 from tests.support.waiting import PATIENCE_S, wait_for
 from workers import builtin_registry
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
-ROOT = Path(__file__).resolve().parent.parent
-TOOLPOOL = [sys.executable, "-m", "executor.cli"]
 # Nothing listens on the discard port of the loopback: get_weather fails at once, offline.
 NOWHERE = "http://127.0.0.1:9"
 NINE = {"get_weather", "calculator", "read_file", "write_file", "list_directory", "edit_file",
@@ -61,13 +57,6 @@ Scenario = Callable[[], Awaitable[None]]
 
 
 # -- the pool and the server processes ----------------------------------------------------------
-
-
-def mcp_env(**extra: str) -> dict[str, str]:
-    """The server's environment: ours without any TOOLPOOL_* variable, the repository on the
-    path, plus ``extra`` (otherwise settings come from the command line only)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")}
-    return python_path_env({**env, **extra})
 
 
 @pytest.fixture
@@ -136,76 +125,6 @@ async def http_session(
         transport = streamable_http_client(url, http_client=http)
         async with Client(transport, mode=mode, read_timeout_seconds=PATIENCE_S * 2) as client:
             yield client
-
-
-class _Output:
-    """A process's stdout read line by line in a thread (so the pipe never fills), and an
-    event set once a wanted line has been seen."""
-
-    def __init__(self, process: subprocess.Popen[str], wanted: str) -> None:
-        self.lines: list[str] = []
-        self.seen = threading.Event()
-        self._process = process
-        self._wanted = wanted
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            self.lines.append(line)
-            if line.strip() == self._wanted:
-                self.seen.set()
-
-    def text(self) -> str:
-        return "".join(self.lines)
-
-    def close(self) -> None:
-        """After the process ended: the rest of its output read, the pipe closed."""
-        self._thread.join(timeout=PATIENCE_S)
-        assert self._process.stdout is not None
-        self._process.stdout.close()
-
-
-@contextmanager
-def http_server(
-    redis_url: str, log: Path, token: str | None = None, *, token_in_env: bool = False
-) -> Iterator[str]:
-    """``toolpool mcp --http`` on a free loopback port; yields its MCP URL once it listens.
-
-    ``token`` goes on the command line, or with ``token_in_env`` in TOOLPOOL_MCP_TOKEN."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    argv = [*TOOLPOOL, "mcp", "--http", "--host", "127.0.0.1", "--port", str(port),
-            "--redis", redis_url]  # fmt: skip
-    env = mcp_env()
-    if token is not None and token_in_env:
-        env["TOOLPOOL_MCP_TOKEN"] = token
-    elif token is not None:
-        argv += ["--token", token]
-    with log.open("ab") as stderr:
-        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
-    output = _Output(process, f"toolpool mcp: serving on {url}")
-    try:
-        # Either the line comes or the process ends (its stdout closes): no waiting past that.
-        wait_for(lambda: output.seen.is_set() or process.poll() is not None,
-                 f"the server to say it serves {url}")  # fmt: skip
-        assert output.seen.is_set(), (
-            f"the server ended (exit {process.poll()}) before serving; its stdout: "
-            f"{output.text()!r}"
-        )
-        yield url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=PATIENCE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=PATIENCE_S)
-        output.close()
-        print(f"--- MCP server stdout ---\n{output.text()[-3000:]}")
 
 
 def run(scenario: Scenario) -> None:

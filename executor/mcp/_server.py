@@ -99,7 +99,7 @@ class PoolServer:
     def __init__(self, settings: Settings, *, session: str | None = None) -> None:
         self.settings = settings
         self.session = session
-        self._executors = _Executors(lambda: Executor(settings=settings, session=session))
+        self.executors = _Executors(lambda: Executor(settings=settings, session=session))
         self.server: Server[Any] = Server(
             NAME,
             version=_version(),
@@ -110,7 +110,7 @@ class PoolServer:
         )
 
     def close(self) -> None:
-        self._executors.close()
+        self.executors.close()
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -119,14 +119,14 @@ class PoolServer:
         return types.ListToolsResult(tools=[mcp_tool(info) for info in infos])
 
     def _tools(self) -> list[ToolInfo]:
-        with self._executors.borrow() as executor:
+        with self.executors.borrow() as executor:
             return executor.tools()
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         call = ToolCall(name=params.name, arguments=params.arguments or {})
-        with self._executors.borrow() as executor:
+        with self.executors.borrow() as executor:
             try:
                 turn = await anyio.to_thread.run_sync(lambda: executor.submit([call]))
             except ToolpoolError as exc:

@@ -12,6 +12,7 @@ from mcp.server.stdio import stdio_server
 
 from executor._settings import Settings
 from executor.mcp._server import PoolServer
+from executor.mcp._turns import turn_routes
 
 ASGIApp = Callable[..., Any]
 PATH = "/mcp"
@@ -31,9 +32,12 @@ def http_app(
     settings: Settings, *, session: str | None = None, token: str | None = None,
     host: str = "127.0.0.1",
 ) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
-    """The streamable-HTTP ASGI app (MCP at ``/mcp``), behind the bearer token if one is set."""
+    """The streamable-HTTP ASGI app (MCP at ``/mcp``, whole turns at ``/turns``), behind the
+    bearer token if one is set."""
     pool = PoolServer(settings, session=session)
-    app: ASGIApp = pool.server.streamable_http_app(streamable_http_path=PATH, host=host)
+    app: ASGIApp = pool.server.streamable_http_app(
+        streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
+    )
     if token:
         app = _require_token(app, token)
     return app, pool

@@ -487,3 +487,50 @@ def test_with_a_session_every_call_runs_in_its_folder(
     folder = Path(os.path.realpath(sessions_root / "agent-1"))
     assert (folder / "notes.md").read_text() == "mine"
     assert texts == [f"exit code: 0\nstdout:\n{folder}"]
+
+
+def test_each_client_gets_a_session_of_its_own(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    sessions_root = tmp_path / "sessions"
+    sessions_root.mkdir()
+    settings = Settings(redis_url=redis_url, sessions_root=sessions_root, workspace=sessions_root,
+                        serve_pool_calls=False, bash_sandbox="off")  # fmt: skip
+    make_workers(settings).start(2, registry="workers:builtin_registry")
+    wheres: dict[str, str] = {}
+    reads: dict[str, str] = {}
+    both_wrote = anyio.Event()
+    wrote = 0
+
+    async def client_of(name: str) -> None:
+        nonlocal wrote
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "executor.cli", "mcp", "--redis", redis_url, "--session-per-client"],
+            env=mcp_env(), cwd=ROOT,
+        )  # fmt: skip
+        with server_log.open("a") as errlog:
+            async with Client(stdio_client(params, errlog=errlog),
+                              read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+                # The same file name in both: each must keep its own.
+                await client.call_tool("write_file", {"path": "note.md", "content": name})
+                wrote += 1
+                if wrote == 2:
+                    both_wrote.set()
+                await both_wrote.wait()
+                reads[name] = ok_text(await client.call_tool("read_file", {"path": "note.md"}))
+                wheres[name] = ok_text(await client.call_tool("bash", {"command": "pwd"}))
+
+    async def scenario() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(client_of, "first")
+            group.start_soon(client_of, "second")
+
+    run(scenario)
+    assert reads == {"first": "first", "second": "second"}
+    folders = {name: where.rsplit("\n", 1)[-1] for name, where in wheres.items()}
+    assert folders["first"] != folders["second"]
+    root = os.path.realpath(sessions_root)
+    for name, folder in folders.items():
+        assert Path(folder).parent == Path(root)
+        assert Path(folder, "note.md").read_text() == name

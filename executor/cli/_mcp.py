@@ -18,6 +18,11 @@ _MISSING = (
 @click.command("mcp")
 @connection_options
 @session_option
+@click.option("--session-per-client", is_flag=True,
+              help="Give each client connection a session of its own (its own folder, lock "
+                   "scope and shell), made at its first request; it is deleted after the "
+                   "sessions' idle time (TOOLPOOL_SESSION_IDLE_TTL). Needs workers that "
+                   "serve sessions.")  # fmt: skip
 @click.option("--http", "use_http", is_flag=True,
               help="Serve streamable HTTP at http://HOST:PORT/mcp for many clients, instead of "
                    "one client on stdin/stdout.")  # fmt: skip
@@ -28,8 +33,8 @@ _MISSING = (
               help="With --http: require `Authorization: Bearer TOKEN` (env "
                    "TOOLPOOL_MCP_TOKEN; set it there: a command line is public).")  # fmt: skip
 def mcp_command(
-    redis_url: str | None, prefix: str | None, session: str | None, use_http: bool, host: str,
-    port: int, token: str | None,
+    redis_url: str | None, prefix: str | None, session: str | None, session_per_client: bool,
+    use_http: bool, host: str, port: int, token: str | None,
 ) -> None:  # fmt: skip
     """Serve the pool's tools to MCP clients.
 
@@ -41,12 +46,15 @@ def mcp_command(
     """
     settings = settings_for(redis_url, prefix)
     require_redis(settings)
+    if session and session_per_client:
+        raise click.UsageError("Give --session NAME or --session-per-client, not both.")
     try:
         from executor.mcp import serve_http, serve_stdio
     except ImportError:
         raise click.ClickException(_MISSING) from None
     if not use_http:
-        anyio.run(lambda: serve_stdio(settings, session=session))
+        anyio.run(lambda: serve_stdio(settings, session=session,
+                                      session_per_client=session_per_client))  # fmt: skip
         return
     if host not in ("127.0.0.1", "localhost", "::1") and not token:
         click.echo(f"toolpool mcp: WARNING: serving {host} without --token: anyone who can "
@@ -58,5 +66,6 @@ def mcp_command(
 
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(lambda: serve_http(settings, host=host, port=port, session=session,
-                                     token=token, on_ready=ready))  # fmt: skip
+                                     session_per_client=session_per_client, token=token,
+                                     on_ready=ready))  # fmt: skip
     click.echo("toolpool mcp: stopped")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,7 +30,7 @@ from mcp.server.lowlevel import Server
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
-from executor.client import Executor
+from executor.client import Executor, Sessions
 from executor.contract import ToolInfo
 from executor.wire import ToolCall, ToolResult
 
@@ -94,11 +95,20 @@ def mcp_result(result: ToolResult) -> types.CallToolResult:
 
 
 class PoolServer:
-    """The MCP server of one pool (and, optionally, one session on it)."""
+    """The MCP server of one pool: every call in one named ``session``, in a session of its
+    own for each client connection (``session_per_client``: made at the connection's first
+    request, deleted after the settings' idle time without calls), or in no session."""
 
-    def __init__(self, settings: Settings, *, session: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, session: str | None = None, session_per_client: bool = False
+    ) -> None:
+        if session is not None and session_per_client:
+            raise ValueError("name one session, or ask for one per client; not both")
         self.settings = settings
         self.session = session
+        self.session_per_client = session_per_client
+        self._client_sessions: dict[str, str] = {}
+        self._creating = anyio.Lock()
         self.executors = _Executors(lambda: Executor(settings=settings, session=session))
         self.server: Server[Any] = Server(
             NAME,
@@ -112,15 +122,33 @@ class PoolServer:
     def close(self) -> None:
         self.executors.close()
 
+    async def _session_of(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """The session this connection's calls run in (made now, for its first request)."""
+        if not self.session_per_client:
+            return self.session
+        client = _client_of(ctx)
+        async with self._creating:
+            name = self._client_sessions.get(client)
+            if name is None:
+                name = f"mcp-{uuid.uuid4().hex[:12]}"
+                await anyio.to_thread.run_sync(self._create_session, name)
+                self._client_sessions[client] = name
+            return name
+
+    def _create_session(self, name: str) -> None:
+        with Sessions(settings=self.settings) as sessions:
+            sessions.create(name)
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        infos = await anyio.to_thread.run_sync(self._tools)
+        session = await self._session_of(ctx)
+        infos = await anyio.to_thread.run_sync(lambda: self._tools(session))
         return types.ListToolsResult(tools=[mcp_tool(info) for info in infos])
 
-    def _tools(self) -> list[ToolInfo]:
+    def _tools(self, session: str | None) -> list[ToolInfo]:
         with self.executors.borrow() as executor:
-            return executor.tools()
+            return executor.tools(session=session)
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -128,7 +156,10 @@ class PoolServer:
         call = ToolCall(name=params.name, arguments=params.arguments or {})
         with self.executors.borrow() as executor:
             try:
-                turn = await anyio.to_thread.run_sync(lambda: executor.submit([call]))
+                session = await self._session_of(ctx)
+                turn = await anyio.to_thread.run_sync(
+                    lambda: executor.submit([call], session=session)
+                )
             except ToolpoolError as exc:
                 # Refused before it reached the pool (no worker, an unknown session...).
                 return types.CallToolResult(
@@ -176,6 +207,24 @@ class PoolServer:
             finally:
                 done.set()
         return results
+
+
+def _client_of(ctx: ServerRequestContext[Any]) -> str:
+    """Which client connection a request comes from: over HTTP, its MCP session id; over
+    stdio the process serves one client only. (Under the 2026 protocol a request may come on
+    a fresh server session object, so that object does not tell clients apart.)"""
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return "stdio"
+    client = headers.get("mcp-session-id")
+    if not client:
+        raise ToolpoolError(
+            "A session per client over HTTP needs the client's MCP session id "
+            "(Mcp-Session-Id), and this request has none; start the server with --session "
+            "NAME instead, or connect with a client that keeps a session."
+        )
+    return str(client)
 
 
 def _version() -> str:

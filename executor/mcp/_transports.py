@@ -18,9 +18,11 @@ ASGIApp = Callable[..., Any]
 PATH = "/mcp"
 
 
-async def serve_stdio(settings: Settings, *, session: str | None = None) -> None:
+async def serve_stdio(
+    settings: Settings, *, session: str | None = None, session_per_client: bool = False
+) -> None:
     """Serve one client on this process's stdin and stdout until it closes them."""
-    pool = PoolServer(settings, session=session)
+    pool = PoolServer(settings, session=session, session_per_client=session_per_client)
     try:
         async with stdio_server() as (read, write):
             await pool.server.run(read, write, pool.server.create_initialization_options())
@@ -29,12 +31,12 @@ async def serve_stdio(settings: Settings, *, session: str | None = None) -> None
 
 
 def http_app(
-    settings: Settings, *, session: str | None = None, token: str | None = None,
-    host: str = "127.0.0.1",
+    settings: Settings, *, session: str | None = None, session_per_client: bool = False,
+    token: str | None = None, host: str = "127.0.0.1",
 ) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
     """The streamable-HTTP ASGI app (MCP at ``/mcp``, whole turns at ``/turns``), behind the
     bearer token if one is set."""
-    pool = PoolServer(settings, session=session)
+    pool = PoolServer(settings, session=session, session_per_client=session_per_client)
     app: ASGIApp = pool.server.streamable_http_app(
         streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
     )
@@ -72,11 +74,13 @@ def _require_token(app: ASGIApp, token: str) -> ASGIApp:
 
 async def serve_http(
     settings: Settings, *, host: str, port: int, session: str | None = None,
-    token: str | None = None, on_ready: Callable[[str], None] | None = None,
+    session_per_client: bool = False, token: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
 ) -> None:  # fmt: skip
     """Serve streamable HTTP on ``host:port`` until cancelled; ``on_ready(url)`` once it
     listens."""
-    app, pool = http_app(settings, session=session, token=token, host=host)
+    app, pool = http_app(settings, session=session, session_per_client=session_per_client,
+                         token=token, host=host)  # fmt: skip
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     try:

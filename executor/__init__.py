@@ -36,6 +36,7 @@ from executor._errors import (
 from executor._settings import Settings, TruncationPolicy
 from executor._truncation import Truncation, truncate
 from executor.client import (
+    AsyncExecutor,
     Executor,
     Sessions,
     Turn,
@@ -64,6 +65,7 @@ from executor.wire import (
 )
 
 __all__ = [
+    "AsyncExecutor",
     "Catalog",
     "ConfigurationError",
     "DuplicateToolError",

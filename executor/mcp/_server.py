@@ -10,17 +10,13 @@ included, and ``isError`` is set for error results. A client's cancellation canc
 on the pool. While a call waits, the client gets progress notifications, if it asked for them.
 
 The orchestrator's ``Executor`` is not shared between threads: each call borrows one from a
-small pool (``_Executors``) and gives it back.
+small pool (``ExecutorPool``) and gives it back.
 """
 
 from __future__ import annotations
 
-import queue
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import anyio
@@ -31,47 +27,13 @@ from mcp.server.lowlevel import Server
 from executor._errors import ToolpoolError
 from executor._settings import Settings
 from executor.client import Executor, Sessions
+from executor.client._async import ExecutorPool
 from executor.contract import ToolInfo
 from executor.wire import ToolCall, ToolResult
 
 NAME = "toolpool"
 # How often a waiting call tells the client it is still waiting (if it asked for progress).
 _PROGRESS_S = 1.0
-
-
-class _Executors:
-    """Executors for calls in flight: one per thread at a time, kept for reuse."""
-
-    def __init__(self, make: Callable[[], Executor]) -> None:
-        self._make = make
-        self._idle: queue.SimpleQueue[Executor] = queue.SimpleQueue()
-        self._all: list[Executor] = []
-        self._lock = threading.Lock()
-
-    @contextmanager
-    def borrow(self) -> Iterator[Executor]:
-        try:
-            executor = self._idle.get_nowait()
-        except queue.Empty:
-            executor = self._make()
-            with self._lock:
-                self._all.append(executor)
-        try:
-            yield executor
-        except BaseException:
-            # A call cut short (cancelled) may leave a thread still using it: never lend it
-            # again; closing it ends that thread's wait too.
-            with self._lock:
-                self._all.remove(executor)
-            executor.close()
-            raise
-        self._idle.put(executor)
-
-    def close(self) -> None:
-        with self._lock:
-            for executor in self._all:
-                executor.close()
-            self._all.clear()
 
 
 def mcp_tool(info: ToolInfo) -> types.Tool:
@@ -109,7 +71,7 @@ class PoolServer:
         self.session_per_client = session_per_client
         self._client_sessions: dict[str, str] = {}
         self._creating = anyio.Lock()
-        self.executors = _Executors(lambda: Executor(settings=settings, session=session))
+        self.executors = ExecutorPool(lambda: Executor(settings=settings, session=session))
         self.server: Server[Any] = Server(
             NAME,
             version=_version(),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -26,7 +27,7 @@ from mcp.server.lowlevel import Server
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
-from executor.client import Executor, Sessions
+from executor.client import Executor, Sessions, Turn
 from executor.client._async import ExecutorPool
 from executor.contract import ToolInfo
 from executor.wire import ToolCall, ToolResult
@@ -116,37 +117,42 @@ class PoolServer:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         call = ToolCall(name=params.name, arguments=params.arguments or {})
+        submitted: list[Turn] = []
+
+        def run_turn(executor: Executor, session: str | None) -> list[ToolResult]:
+            # Submit and collect on one thread: one hop from the loop per call, not two.
+            turn = executor.submit([call], session=session)
+            submitted.append(turn)
+            return executor.collect(turn)
+
         with self.executors.borrow() as executor:
             try:
                 session = await self._session_of(ctx)
-                turn = await anyio.to_thread.run_sync(
-                    lambda: executor.submit([call], session=session)
-                )
+                results = await self._wait(ctx, lambda: run_turn(executor, session))
             except ToolpoolError as exc:
                 # Refused before it reached the pool (no worker, an unknown session...).
                 return types.CallToolResult(
                     content=[types.TextContent(text=str(exc))], is_error=True
                 )
-            try:
-                results = await self._wait(ctx, executor, turn)
             except anyio.get_cancelled_exc_class():
                 # The client cancelled the request: cancel the call on the pool too.
-                with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(lambda: executor.cancel(turn))
+                if submitted:
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(lambda: executor.cancel(submitted[0]))
                 raise
         return mcp_result(results[0])
 
     async def _wait(
-        self, ctx: ServerRequestContext[Any], executor: Executor, turn: Any
+        self, ctx: ServerRequestContext[Any], work: Callable[[], list[ToolResult]]
     ) -> list[ToolResult]:
-        """Collect the turn's result; meanwhile, progress for a client that asked for it."""
+        """Run the turn on a thread; meanwhile, progress for a client that asked for it."""
+        token = (ctx.meta or {}).get("progress_token")
+        if token is None:  # no progress asked for: no task beside the wait
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         done = anyio.Event()
         started = time.monotonic()
-        token = (ctx.meta or {}).get("progress_token")
 
         async def progress() -> None:
-            if token is None:
-                return  # the client did not ask for progress
             beat = 0
             while not done.is_set():
                 with anyio.move_on_after(_PROGRESS_S):
@@ -164,7 +170,7 @@ class PoolServer:
             group.start_soon(progress)
             try:
                 results: list[ToolResult] = await anyio.to_thread.run_sync(
-                    lambda: executor.collect(turn), abandon_on_cancel=True
+                    work, abandon_on_cancel=True
                 )
             finally:
                 done.set()

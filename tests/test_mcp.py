@@ -22,24 +22,20 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
-import redis
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from executor import Sessions, Settings
-from executor.wire import Keys, read_catalog
-from tests.support.mcp import ROOT, http_server, mcp_env
+from tests.support.mcp import ROOT, http_server, mcp_env, start_builtin_pool
 from tests.support.pids import ancestors, processes_with, sleep_marker, survivors
 from tests.support.procs import MakeWorkers, Workers
-from tests.support.waiting import PATIENCE_S, wait_for
+from tests.support.waiting import PATIENCE_S
 from workers import builtin_registry
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
-# Nothing listens on the discard port of the loopback: get_weather fails at once, offline.
-NOWHERE = "http://127.0.0.1:9"
 NINE = {"get_weather", "calculator", "read_file", "write_file", "list_directory", "edit_file",
         "glob", "grep", "bash"}  # fmt: skip
 READ_ONLY = {"read_file", "list_directory", "glob", "grep", "get_weather", "calculator"}
@@ -68,22 +64,9 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def pool(redis_url: str, workspace: Path, make_workers: MakeWorkers) -> Iterator[Workers]:
-    """Two worker processes serving the nine built-in tools on ``workspace``; their logs are
-    printed at teardown (pytest shows them when the test failed)."""
-    settings = Settings(
-        redis_url=redis_url, workspace=workspace, bash_sandbox="off",
-        weather_url=NOWHERE, geocoding_url=NOWHERE,
-    )  # fmt: skip
-    workers = make_workers(settings)
-    workers.start(2, registry="workers:builtin_registry")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        # tools/list reads the live workers' catalog: wait until both have published it.
-        keys = Keys(settings.key_prefix)
-        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 2,
-                 "both workers' catalog")  # fmt: skip
-    finally:
-        client.close()
+    """Two workers serving the nine built-in tools; their logs printed at teardown (pytest
+    shows them when the test failed)."""
+    workers = start_builtin_pool(make_workers, redis_url, workspace)
     yield workers
     print(workers.diagnosis())
 

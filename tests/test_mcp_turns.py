@@ -14,11 +14,8 @@ from typing import Any
 
 import httpx2
 import pytest
-import redis
 
-from executor import Settings
-from executor.wire import Keys, read_catalog
-from tests.support.mcp import http_server
+from tests.support.mcp import http_server, start_builtin_pool
 from tests.support.pids import sleep_marker, survivors
 from tests.support.procs import MakeWorkers, Workers
 from tests.support.waiting import PATIENCE_S, wait_for
@@ -38,16 +35,7 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def pool(redis_url: str, workspace: Path, make_workers: MakeWorkers) -> Workers:
-    workers = make_workers(Settings(redis_url=redis_url, workspace=workspace, bash_sandbox="off"))
-    workers.start(2, registry="workers:builtin_registry")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = Keys()
-        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 2,
-                 "both workers' catalog")  # fmt: skip
-    finally:
-        client.close()
-    return workers
+    return start_builtin_pool(make_workers, redis_url, workspace)
 
 
 @pytest.fixture

@@ -37,7 +37,7 @@ from executor import ErrorType, Executor, Sessions, Settings, ToolCall, ToolResu
 from tests.support.netns import Host, Hosts, isolated_hosts
 from tests.support.pids import processes_where
 from tests.support.ports import free_port
-from tests.support.procs import events, python_path_env, wait_for_event
+from tests.support.procs import events, python_path_env, stop_process, wait_for_event
 from tests.support.waiting import gone, wait_for
 from workers._embedded_redis import find_redis_server
 
@@ -447,13 +447,7 @@ def _stop_pool(process: subprocess.Popen[bytes], marker: str) -> list[int]:
     leave any (they are killed here all the same).
     """
     family = _descendants(process.pid)
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout=_STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(timeout=_STOP_GRACE_S)
+    stop_process(process, _STOP_GRACE_S)
     rest = sorted((set(family) | set(_marked(marker))) - {process.pid})
     # A child notices its supervisor is gone within a second and stops by itself.
     deadline = time.monotonic() + _STOP_GRACE_S

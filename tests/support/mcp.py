@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -11,8 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import redis
+
+from executor import Settings
+from executor.wire import Keys, read_catalog
 from tests.support.ports import free_port
-from tests.support.procs import python_path_env
+from tests.support.procs import MakeWorkers, Workers, python_path_env, stop_process
 from tests.support.waiting import PATIENCE_S, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,12 +88,29 @@ def http_server(
         )
         yield url
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=PATIENCE_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=PATIENCE_S)
+        stop_process(process, PATIENCE_S)
         output.close()
         print(f"--- MCP server stdout ---\n{output.text()[-3000:]}")
+
+
+# Nothing listens on the discard port of the loopback: get_weather fails at once, offline.
+NOWHERE = "http://127.0.0.1:9"
+
+
+def start_builtin_pool(make_workers: MakeWorkers, redis_url: str, workspace: Path) -> Workers:
+    """Two worker processes serving the nine built-in tools on ``workspace`` (bash unconfined,
+    the weather offline), once both have published their tools: tools/list reads them."""
+    settings = Settings(
+        redis_url=redis_url, workspace=workspace, bash_sandbox="off",
+        weather_url=NOWHERE, geocoding_url=NOWHERE,
+    )  # fmt: skip
+    workers = make_workers(settings)
+    workers.start(2, registry="workers:builtin_registry")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = Keys(settings.key_prefix)
+        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 2,
+                 "both workers' catalog")  # fmt: skip
+    finally:
+        client.close()
+    return workers

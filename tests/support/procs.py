@@ -270,3 +270,14 @@ def _serve(name: str, registry_spec: str) -> None:
 
 if __name__ == "__main__":
     _serve(sys.argv[1], sys.argv[2])
+
+
+def stop_process(process: subprocess.Popen[Any], grace: float = _STOP_GRACE_S) -> None:
+    """Stop a process we started: SIGTERM by pid, SIGKILL past ``grace`` seconds, reaped."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=grace)

@@ -7,6 +7,7 @@ failed, 130 when interrupted.
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
@@ -56,3 +57,15 @@ def run_bench(
         signal.signal(signal.SIGTERM, saved[1])
     print(f"\n(total {time.monotonic() - started:.1f} s)")
     return 0
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse

@@ -33,13 +33,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from executor import Settings, ToolContext, ToolError
 from executor.contract import Workspace
-from tests.support.bench.entry import run_bench
+from tests.support.bench.entry import at_least, run_bench
 from workers.tools import _confine
 from workers.tools._cgroup import Cgroups
 from workers.tools._confine import describe
@@ -200,21 +200,11 @@ def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def _at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=_at_least(1), default=3, help="runs (min / median / max)")
-    parser.add_argument("--calls", type=_at_least(1), default=60, help="timed calls per mode")
-    parser.add_argument("--warmup", type=_at_least(0), default=3, help="untimed rounds before each")
+    parser.add_argument("--runs", type=at_least(1), default=3, help="runs (min / median / max)")
+    parser.add_argument("--calls", type=at_least(1), default=60, help="timed calls per mode")
+    parser.add_argument("--warmup", type=at_least(0), default=3, help="untimed rounds before each")
     parser.add_argument(
         "--only", default=",".join(COMMANDS), help=f"commands, of {', '.join(COMMANDS)}"
     )

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -28,10 +29,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from executor import Sessions, Settings
-from tests.support.mcp import ROOT, http_server, mcp_env, start_builtin_pool
+from tests.support.mcp import ROOT, TOOLPOOL, http_server, mcp_env, start_builtin_pool
 from tests.support.pids import ancestors, processes_with, sleep_marker, survivors
 from tests.support.procs import MakeWorkers, Workers
-from tests.support.waiting import PATIENCE_S
+from tests.support.waiting import PATIENCE_S, wait_for
 from workers import builtin_registry
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
@@ -517,3 +518,38 @@ def test_each_client_gets_a_session_of_its_own(
     for name, folder in folders.items():
         assert Path(folder).parent == Path(root)
         assert Path(folder, "note.md").read_text() == name
+
+
+def test_a_client_that_goes_away_mid_call_leaves_nothing_running(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    # A client that dies: it speaks MCP on the server's stdin, then closes it mid-call, with
+    # no cancel sent. The server must end, and the call it had on the pool with it.
+    marker = sleep_marker()
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1], "capabilities": {},
+                    "clientInfo": {"name": "vanishing", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "bash", "arguments": {"command": f"sleep {marker}", "timeout": 500}}},
+    ]  # fmt: skip
+    with server_log.open("ab") as errlog:
+        server = subprocess.Popen(
+            [*TOOLPOOL, "mcp", "--redis", redis_url], env=mcp_env(), cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errlog,
+        )  # fmt: skip
+    try:
+        assert server.stdin is not None
+        server.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        server.stdin.flush()
+        wait_for(lambda: processes_with(marker), "the call's sleep to start")
+        server.stdin.close()  # the client is gone
+        assert server.wait(timeout=PATIENCE_S) is not None
+        left = survivors(marker, PATIENCE_S)
+    finally:
+        if server.poll() is None:
+            server.kill()
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], f"the sleep outlived its client: {left}"

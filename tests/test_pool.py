@@ -30,7 +30,7 @@ from executor.client import Executor
 from executor.contract import ToolRegistry, Workspace, load_registry
 from executor.lock import RWLock
 from executor.wire import Event, Keys, read_events
-from tests.support.pids import ancestors, processes_with, sleep_marker
+from tests.support.pids import ancestors, processes_with, sleep_marker, sleeping
 from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
 from workers.pool._pool import PoolChild, WorkerPool, settings_environment
@@ -160,7 +160,7 @@ def test_killed_worker_is_answered_cleaned_up_and_replaced(
          {"id": "after", "name": "list_directory", "arguments": {}}]
     )  # fmt: skip
     # Found by its command line: a sandboxed command's own $$ is its PID namespace's.
-    wait_for(lambda: len(processes_with(marker)) == 1, "bash to start")
+    wait_for(lambda: len(sleeping(marker)) == 1, "the command's sleep to start")
     victim = running_child(pool, executor.client, executor.keys)
     assert victim.pid is not None
 
@@ -204,8 +204,8 @@ def test_forked_work_horse_of_a_killed_worker_is_killed_too(
         marker = sleep_marker()
         command = f"exec sleep {marker}"
         turn = executor.submit([{"id": "slow", "name": "bash", "arguments": {"command": command}}])
-        wait_for(lambda: len(processes_with(marker)) == 1, "bash to start")
-        (bash_pid,) = processes_with(marker)
+        wait_for(lambda: len(sleeping(marker)) == 1, "the command's sleep to start")
+        (bash_pid,) = sleeping(marker)
         (victim,) = pool.children
         assert victim.pid is not None
         # The work horse: the worker's child that started the command (a sandbox in between).

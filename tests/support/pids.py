@@ -40,6 +40,13 @@ def processes_with(marker: str) -> list[int]:
     return processes_where("cmdline", lambda cmdline: marker.encode() in cmdline)
 
 
+def sleeping(marker: str) -> list[int]:
+    """The live ``sleep MARKER`` processes themselves (not the shells or sandboxes whose
+    command lines also hold the marker on their way to running it)."""
+    argv = b"sleep\0" + marker.encode() + b"\0"
+    return processes_where("cmdline", lambda cmdline: cmdline == argv)
+
+
 def survivors(marker: str, within: float = 5.0) -> list[int]:
     """PIDs still running ``marker`` once ``within`` seconds have passed (none: at once)."""
     deadline = time.monotonic() + within

@@ -83,13 +83,15 @@ def server_log(tmp_path: Path) -> Iterator[Path]:
 
 @asynccontextmanager
 async def stdio_session(
-    redis_url: str | None, log: Path, mode: str = "auto", **env: str
+    redis_url: str | None, log: Path, mode: str = "auto", *options: str, **env: str
 ) -> AsyncIterator[Client]:
     """A client connected to a ``toolpool mcp`` process it started, over stdio: ``--redis
-    redis_url``, or (``None``) nothing on the command line, ``env`` saying it all."""
+    redis_url``, or (``None``) nothing on the command line, ``env`` saying it all; then
+    ``options``."""
     args = ["-m", "executor.cli", "mcp"]
     if redis_url is not None:
         args += ["--redis", redis_url]
+    args += options
     params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env),
                                    cwd=ROOT)  # fmt: skip
     with log.open("a") as errlog:
@@ -443,32 +445,33 @@ def test_a_waiting_call_reports_progress_to_a_client_that_asked(
     assert all(message and "waiting on the pool for" in message for _, message in heard)
 
 
-def test_with_a_session_every_call_runs_in_its_folder(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
-) -> None:
+def _sessions_pool(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, workers: int
+) -> tuple[Settings, Path]:
+    """Workers that serve sessions only (in tmp_path/sessions); the settings, the root."""
     sessions_root = tmp_path / "sessions"
     sessions_root.mkdir()
     settings = Settings(redis_url=redis_url, sessions_root=sessions_root, workspace=sessions_root,
                         serve_pool_calls=False, bash_sandbox="off")  # fmt: skip
-    make_workers(settings).start(1, registry="workers:builtin_registry")
+    make_workers(settings).start(workers, registry="workers:builtin_registry")
+    return settings, Path(os.path.realpath(sessions_root))
+
+
+def test_with_a_session_every_call_runs_in_its_folder(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    settings, root = _sessions_pool(redis_url, tmp_path, make_workers, 1)
     with Sessions(settings=settings) as admin:
         admin.create("agent-1", timeout=PATIENCE_S)
     texts: list[str] = []
 
     async def scenario() -> None:
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "executor.cli", "mcp", "--redis", redis_url, "--session", "agent-1"],
-            env=mcp_env(), cwd=ROOT,
-        )  # fmt: skip
-        with server_log.open("a") as errlog:
-            async with Client(stdio_client(params, errlog=errlog),
-                              read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
-                await client.call_tool("write_file", {"path": "notes.md", "content": "mine"})
-                texts.append(ok_text(await client.call_tool("bash", {"command": "pwd"})))
+        async with stdio_session(redis_url, server_log, "auto", "--session", "agent-1") as client:
+            await client.call_tool("write_file", {"path": "notes.md", "content": "mine"})
+            texts.append(ok_text(await client.call_tool("bash", {"command": "pwd"})))
 
     run(scenario)
-    folder = Path(os.path.realpath(sessions_root / "agent-1"))
+    folder = root / "agent-1"
     assert (folder / "notes.md").read_text() == "mine"
     assert texts == [f"exit code: 0\nstdout:\n{folder}"]
 
@@ -476,11 +479,7 @@ def test_with_a_session_every_call_runs_in_its_folder(
 def test_each_client_gets_a_session_of_its_own(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
 ) -> None:
-    sessions_root = tmp_path / "sessions"
-    sessions_root.mkdir()
-    settings = Settings(redis_url=redis_url, sessions_root=sessions_root, workspace=sessions_root,
-                        serve_pool_calls=False, bash_sandbox="off")  # fmt: skip
-    make_workers(settings).start(2, registry="workers:builtin_registry")
+    _, root = _sessions_pool(redis_url, tmp_path, make_workers, 2)
     wheres: dict[str, str] = {}
     reads: dict[str, str] = {}
     both_wrote = anyio.Event()
@@ -488,22 +487,15 @@ def test_each_client_gets_a_session_of_its_own(
 
     async def client_of(name: str) -> None:
         nonlocal wrote
-        params = StdioServerParameters(
-            command=sys.executable,
-            args=["-m", "executor.cli", "mcp", "--redis", redis_url, "--session-per-client"],
-            env=mcp_env(), cwd=ROOT,
-        )  # fmt: skip
-        with server_log.open("a") as errlog:
-            async with Client(stdio_client(params, errlog=errlog),
-                              read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
-                # The same file name in both: each must keep its own.
-                await client.call_tool("write_file", {"path": "note.md", "content": name})
-                wrote += 1
-                if wrote == 2:
-                    both_wrote.set()
-                await both_wrote.wait()
-                reads[name] = ok_text(await client.call_tool("read_file", {"path": "note.md"}))
-                wheres[name] = ok_text(await client.call_tool("bash", {"command": "pwd"}))
+        async with stdio_session(redis_url, server_log, "auto", "--session-per-client") as client:
+            # The same file name in both: each must keep its own.
+            await client.call_tool("write_file", {"path": "note.md", "content": name})
+            wrote += 1
+            if wrote == 2:
+                both_wrote.set()
+            await both_wrote.wait()
+            reads[name] = ok_text(await client.call_tool("read_file", {"path": "note.md"}))
+            wheres[name] = ok_text(await client.call_tool("bash", {"command": "pwd"}))
 
     async def scenario() -> None:
         async with anyio.create_task_group() as group:
@@ -514,9 +506,8 @@ def test_each_client_gets_a_session_of_its_own(
     assert reads == {"first": "first", "second": "second"}
     folders = {name: where.rsplit("\n", 1)[-1] for name, where in wheres.items()}
     assert folders["first"] != folders["second"]
-    root = os.path.realpath(sessions_root)
     for name, folder in folders.items():
-        assert Path(folder).parent == Path(root)
+        assert Path(folder).parent == root
         assert Path(folder, "note.md").read_text() == name
 
 

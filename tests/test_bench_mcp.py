@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from tests.support.bench import mcp as bench
+from tests.support.bench.sides import BenchError
 from tests.support.waiting import gone
 
 _TINY = ["--runs", "1", "--calls", "2", "--warmup", "1"]
@@ -57,7 +58,7 @@ def test_a_wrong_answer_ends_the_measuring() -> None:
     log: list[tuple[str, str]] = []
     sides = _recording_sides(log, answer={bench.HTTP: "6*7 = 43"})
 
-    with pytest.raises(bench.BenchError, match=r"MCP HTTP: calculator answered '6\*7 = 43'"):
+    with pytest.raises(BenchError, match=r"MCP HTTP: calculator answered '6\*7 = 43'"):
         anyio.run(bench.measure, sides, bench.CALLS, 3, 0)
     assert log == [(name, "calculator") for name in _NAMES]
 
@@ -90,7 +91,7 @@ def test_ratios_are_of_each_runs_medians_and_the_goal_is_judged_on_stdio() -> No
 def test_the_failure_inside_the_clients_task_groups_is_what_is_raised() -> None:
     async def failing() -> None:
         async def fail() -> None:
-            raise bench.BenchError("the call failed")
+            raise BenchError("the call failed")
 
         async with anyio.create_task_group() as group:
             group.start_soon(fail)
@@ -103,9 +104,9 @@ def test_the_failure_inside_the_clients_task_groups_is_what_is_raised() -> None:
         caught.append(exc)
 
     assert len(caught) == 1
-    assert not isinstance(caught[0], bench.BenchError)  # anyio wrapped it in a group
+    assert not isinstance(caught[0], BenchError)  # anyio wrapped it in a group
     found = bench.cause(caught[0])
-    assert isinstance(found, bench.BenchError)
+    assert isinstance(found, BenchError)
     assert str(found) == "the call failed"
     plain = ValueError("plain")
     assert bench.cause(plain) is plain

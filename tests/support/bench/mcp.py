@@ -53,7 +53,7 @@ from executor import Settings, ToolCall
 from executor.client import Executor
 from executor.wire import Keys, ToolStatus, read_catalog
 from tests.support.bench.entry import at_least, run_bench
-from tests.support.bench.sides import Pool
+from tests.support.bench.sides import BenchError, Pool
 from tests.support.pids import parent_of, processes_where
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
@@ -74,10 +74,6 @@ _START_PATIENCE_S = 90.0
 # Only a broken pool or server makes a call wait this long; the benchmark then fails.
 _CALL_PATIENCE_S = 60.0
 _STOP_GRACE_S = 10.0
-
-
-class BenchError(RuntimeError):
-    """The benchmark cannot go on: a call failed or answered wrongly, a process did not start."""
 
 
 @dataclass(frozen=True)
@@ -256,17 +252,13 @@ def start_workers(pool: Pool, url: str, settings: Settings, count: int) -> None:
         pool.start(serve_builtin_tools, url, settings, f"bench-mcp-{os.getpid()}-{index}")
     keys = Keys(settings.key_prefix)
     client = redis.Redis.from_url(url, socket_timeout=10)
-    deadline = time.monotonic() + _START_PATIENCE_S
     try:
         # tools/list and Executor.submit read the live workers' catalog.
-        while read_catalog(client, keys, keys.queue_name(settings.queue)).workers < count:
-            for process in pool.processes:
-                if not process.is_alive():
-                    raise BenchError(f"worker process {process.pid} exited with code "
-                                     f"{process.exitcode} before serving")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise BenchError(f"workers not serving within {_START_PATIENCE_S:g} s")
-            time.sleep(0.05)
+        pool.wait_until(
+            lambda: read_catalog(client, keys, keys.queue_name(settings.queue)).workers >= count,
+            "serving",
+            _START_PATIENCE_S,
+        )
     finally:
         client.close()
 

@@ -173,17 +173,14 @@ class SessionBench:
     def _wait_ready(self, pool: Pool, names: list[str]) -> None:
         # Registered with RQ (taking jobs) and published in the catalog (sessions can be made).
         keys = [Worker.redis_worker_namespace_prefix + name for name in names]
-        deadline = time.monotonic() + _PATIENCE_S
-        while self.client.exists(*keys) < len(keys) or (
-            self.sessions.hosts().get(self.host, 0) < len(names)
-        ):
-            for process in pool.processes:
-                if not process.is_alive():
-                    raise BenchError(f"worker process {process.pid} exited with code "
-                                     f"{process.exitcode} before it was ready")  # fmt: skip
-            if time.monotonic() > deadline:
-                raise BenchError(f"workers not ready within {_PATIENCE_S:g} s")
-            time.sleep(0.05)
+        pool.wait_until(
+            lambda: (
+                self.client.exists(*keys) == len(keys)
+                and self.sessions.hosts().get(self.host, 0) >= len(names)
+            ),
+            "ready",
+            _PATIENCE_S,
+        )
 
     def measure(self, shape: Shape, *, calls: int = CALLS) -> Measured:
         """One run of ``shape``: create its sessions, release its agents together, delete them."""

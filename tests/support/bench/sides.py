@@ -53,6 +53,19 @@ class Pool:
 
     processes: list[BaseProcess] = field(default_factory=list)
 
+    def wait_until(self, ready: Callable[[], bool], what: str, patience: float) -> None:
+        """Wait until ``ready()``; ``BenchError`` if a worker process exits first or
+        ``patience`` seconds pass (``what``: what the workers were to become)."""
+        deadline = time.monotonic() + patience
+        while not ready():
+            for process in self.processes:
+                if not process.is_alive():
+                    raise BenchError(f"worker process {process.pid} exited with code "
+                                     f"{process.exitcode} before it was {what}")  # fmt: skip
+            if time.monotonic() > deadline:
+                raise BenchError(f"workers not {what} within {patience:g} s")
+            time.sleep(0.05)
+
     def start(self, target: Callable[..., None], *args: Any) -> None:
         process = _SPAWN.Process(target=target, args=args, daemon=True)
         process.start()
@@ -172,21 +185,12 @@ class Bench:
             self._wait_until_registered(pool, names)
 
     def _wait_until_registered(self, pool: Pool, names: dict[str, set[str]]) -> None:
-        deadline = time.monotonic() + _START_PATIENCE_S
-        while True:
+        def registered() -> bool:
             seen = {w.name for w in Worker.all(connection=self.client, queue=self.tool_queue)}
             seen |= {w.name for w in Worker.all(connection=self.client, queue=self.raw_queue)}
-            if names["tool"] | names["raw"] <= seen:
-                return
-            for process in pool.processes:
-                if not process.is_alive():
-                    raise BenchError(
-                        f"worker process {process.pid} exited with code "
-                        f"{process.exitcode} before it registered"
-                    )
-            if time.monotonic() > deadline:
-                raise BenchError(f"workers not registered within {_START_PATIENCE_S:g} s")
-            time.sleep(0.05)
+            return names["tool"] | names["raw"] <= seen
+
+        pool.wait_until(registered, "registered", _START_PATIENCE_S)
 
     def wait_idle(self, side: str) -> None:
         """Wait until every worker of ``side`` has finished RQ's bookkeeping of its last job."""

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from executor.cli import main, time_limit_text
 from executor.contract import ToolInfo
 from executor.wire import EventLog, Keys
+from tests.support.procs import python_path_env
 
 # No Redis: what these commands check before they need one is all a test here reaches.
 NO_REDIS = {"TOOLPOOL_REDIS_URL": ""}
@@ -228,3 +229,26 @@ def _info(timeout: float, argument: str | None, schema: dict[str, Any]) -> ToolI
 )  # fmt: skip
 def test_time_limit_says_the_default_and_the_maximum(info: ToolInfo, shown: str) -> None:
     assert time_limit_text(info) == shown
+
+
+def test_the_cli_works_without_the_mcp_extra(tmp_path: Path) -> None:
+    # Found by a clean clone: the demo's install has no MCP SDK, and `toolpool` itself failed
+    # to import. Here the SDK and anyio cannot be imported, as in that install.
+    script = (
+        "import sys\n"
+        "sys.modules['mcp'] = sys.modules['anyio'] = None\n"
+        "from executor.cli import main\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in python_path_env().items() if not k.startswith("TOOLPOOL_")}
+
+    def toolpool(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+    assert toolpool("--help").returncode == 0
+    assert "demo" in toolpool("--help").stdout
+    refused = toolpool("mcp", "--redis", "redis://127.0.0.1:9/0")
+    assert refused.returncode == 1
+    assert "pip install 'toolpool[mcp]'" in refused.stderr
+    assert "Traceback" not in refused.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import sys
 
-import anyio
 import click
 
 from executor.cli._common import connection_options, require_redis, session_option, settings_for
@@ -48,7 +47,10 @@ def mcp_command(
     require_redis(settings)
     if session and session_per_client:
         raise click.UsageError("Give --session NAME or --session-per-client, not both.")
+    # The MCP SDK (and anyio with it) is an extra: every other command works without it.
     try:
+        import anyio
+
         from executor.mcp import serve_http, serve_stdio
     except ImportError:
         raise click.ClickException(_MISSING) from None

@@ -39,6 +39,7 @@ from executor.contract import ToolContext, Workspace
 from executor.wire import ENTRY_POINT, Keys, call_queue
 from tests.support import dist_tools
 from tests.support.expect import ok
+from tests.support.pids import processes_with, sleep_marker
 from tests.support.procs import Workers
 from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
@@ -515,10 +516,12 @@ def test_path_escapes_are_refused_by_every_file_tool(h: Hostile) -> None:
 
 
 def test_bash_that_forks_ignores_sigterm_or_floods_is_bounded(h: Hostile) -> None:
+    # Sleep durations no other process on the machine uses, so the check below finds only ours.
+    forked, trapped = sleep_marker(), sleep_marker()
     started = time.monotonic()
     forks, stubborn, flood = h.run(
-        _call("bash", command="for i in $(seq 200); do sleep 31.25 & done; wait", timeout=2),
-        _call("bash", command="trap '' TERM; sleep 31.5; echo survived", timeout=2),
+        _call("bash", command=f"for i in $(seq 200); do sleep {forked} & done; wait", timeout=2),
+        _call("bash", command=f"trap '' TERM; sleep {trapped}; echo survived", timeout=2),
         _call("bash", command="yes", timeout=2),
     )
     took = time.monotonic() - started
@@ -529,18 +532,11 @@ def test_bash_that_forks_ignores_sigterm_or_floods_is_bounded(h: Hostile) -> Non
     assert flood.status is ToolStatus.ERROR
     assert flood.truncated
     assert len(flood.content) <= h.settings.truncation.default_max_chars + 300
-    wait_for(lambda: not _processes_with("sleep 31."), "the sleeps to be gone", timeout=15)
-
-
-def _processes_with(text: str) -> list[int]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            if text in cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                found.append(int(cmdline.parent.name))
-        except OSError:
-            continue
-    return found
+    wait_for(
+        lambda: not processes_with(forked) and not processes_with(trapped),
+        "the sleeps to be gone",
+        timeout=15,
+    )
 
 
 # --------------------------------------------------------------------------------- memory

@@ -1,11 +1,18 @@
 """``AsyncExecutor``: the ``Executor`` for asyncio programs, whose event loop must not block.
 
 Agent frameworks are asyncio programs; a blocking ``Executor.run`` would stall their loop for
-a whole turn. ``AsyncExecutor`` offers the same operations, awaited: each runs on a thread of
-its own pool with an ``Executor`` borrowed for it (an ``Executor`` serves one thread at a
-time), so the semantics are ``Executor``'s own — checks, approval, partitioning, order,
-outages, events — and the loop only awaits. Cancelling an awaited ``run`` cancels its turn on
-the pool.
+a whole turn. ``AsyncExecutor`` offers the same operations, awaited, with ``Executor``'s
+semantics (checks, approval, partitioning, order, outages, events):
+
+- waiting for results, where a turn spends its time, is native ``redis.asyncio``: the
+  collector's own steps, driven on the loop, so a thousand turns waited for cost no thread;
+- submitting, cancelling and reading the catalog, short and built on RQ (which has no
+  asyncio API), each take a thread of a small pool, with an ``Executor`` borrowed for it (an
+  ``Executor`` serves one thread at a time); so do the collector's once-a-second liveness
+  checks.
+
+Cancelling an awaited ``run`` cancels its turn on the pool. Use one ``AsyncExecutor`` from one
+event loop (its ``redis.asyncio`` connections belong to the loop that first used them).
 """
 
 from __future__ import annotations
@@ -14,17 +21,28 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from executor.client._executor import Executor, Turn
+from executor.client._collector import LIVENESS_CHECK_S
+from executor.client._executor import (
+    Executor,
+    Turn,
+    in_call_order,
+    plan_from,
+    so_far,
+    take_fresh,
+)
+from executor.client._outage import connect_async, reaching
 from executor.contract import ToolInfo
-from executor.wire import Catalog, ToolCall, ToolResult
+from executor.wire import Catalog, ToolCall, ToolResult, TurnPlan
 
 T = TypeVar("T")
-# Turns waited for at once: each waits on a thread of its own.
-DEFAULT_THREADS = 64
+# Submits, cancels and catalog reads at once (waiting for results takes no thread). More
+# threads would not submit faster: they contend for the GIL, and with the loop.
+DEFAULT_THREADS = 4
 
 
 class ExecutorPool:
@@ -65,18 +83,22 @@ class AsyncExecutor:
     """Runs turns of tool calls on toolpool's workers, from an asyncio event loop.
 
     Takes ``Executor``'s arguments (``settings``, ``session``, ``approve``, ``check``,
-    ``wait_for_workers``, ...) and ``threads``, the most turns waited for at once.
+    ``wait_for_workers``, ...) and ``threads``, the most submits and cancels under way at once.
     ``async with AsyncExecutor(...) as ex: results = await ex.run(calls)``.
     """
 
     def __init__(self, *args: Any, threads: int = DEFAULT_THREADS, **kwargs: Any) -> None:
-        # Made once here, so a bad argument fails now, not in the first turn's thread.
-        first = Executor(*args, **kwargs)
-        self.settings = first.settings
-        self.session = first.session
-        made = iter([first])
-        self._executors = ExecutorPool(lambda: next(made, None) or Executor(*args, **kwargs))
+        # Made here, so a bad argument fails now, not in the first turn's thread. It is never
+        # lent: its collector waits for every turn, and its log gets their events.
+        self._home = Executor(*args, **kwargs)
+        self.settings = self._home.settings
+        self.session = self._home.session
+        url = str(self._home.redis_url)
+        self._client = connect_async(url)
+        self._blocking = connect_async(url, blocking_s=LIVENESS_CHECK_S)
+        self._executors = ExecutorPool(lambda: Executor(*args, **kwargs))
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="toolpool-async")
+        self._logging = threading.Lock()
 
     async def __aenter__(self) -> AsyncExecutor:
         return self
@@ -85,12 +107,15 @@ class AsyncExecutor:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every ``Executor`` made (waits for turns still being waited for)."""
+        """Close the connections (waits for submits and cancels under way)."""
         await asyncio.get_running_loop().run_in_executor(None, self._close)
+        await self._client.aclose()
+        await self._blocking.aclose()
 
     def _close(self) -> None:
         self._threads.shutdown(wait=True)
         self._executors.close()
+        self._home.close()
 
     async def _call(self, work: Callable[[Executor], T]) -> T:
         def borrowed() -> T:
@@ -124,8 +149,39 @@ class AsyncExecutor:
         return await self._call(lambda executor: executor.submit(listed, session=session))
 
     async def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
-        """Await every result of ``turn`` (a ``Turn`` or its id), in order."""
-        return await self._call(lambda executor: executor.collect(turn, timeout=timeout))
+        """Await every result of ``turn`` (a ``Turn`` or its id), in order (``Executor.collect``:
+        the same answers for lost workers, the deadline and outages)."""
+        limit = self.settings.turn_timeout if timeout is None else timeout
+        plan, results = await self._wait(turn, limit, time_out=True)
+        return in_call_order(plan, results)
+
+    async def poll(self, turn: Turn | str, *, wait: float = 0.0) -> list[ToolResult | None]:
+        """The results of ``turn`` so far, in call order, ``None`` for a call without one yet,
+        once all are in or ``wait`` seconds have passed; no call is answered ``timeout``
+        (``Executor.poll``)."""
+        plan, results = await self._wait(turn, wait, time_out=False)
+        return so_far(plan, results)
+
+    async def _wait(
+        self, turn: Turn | str, limit: float, *, time_out: bool
+    ) -> tuple[TurnPlan, dict[str, ToolResult]]:
+        deadline = time.monotonic() + limit
+        if isinstance(turn, Turn):
+            plan = turn.plan
+        else:
+            with reaching(self._home.redis_url, f"while loading turn {turn}", turn):
+                plan = plan_from(turn, await self._client.get(self._home.keys.turn(turn)))
+        results = await self._home.collector.wait_async(
+            plan, deadline, limit, self._client, self._blocking, fresh=take_fresh(turn),
+            time_out=time_out,
+        )  # fmt: skip
+        if self._home.logs_events and len(results) == len(plan.enqueued()):
+            await asyncio.to_thread(self._log_collected, turn)
+        return plan, results
+
+    def _log_collected(self, turn: Turn | str) -> None:
+        with self._logging:  # one turn's lines at a time
+            self._home.log_collected(turn)
 
     async def cancel(self, turn: Turn | str) -> None:
         """Stop ``turn``: calls not started never run; running ones are stopped."""

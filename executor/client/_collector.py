@@ -6,14 +6,24 @@ stopped renewing its liveness key, a job RQ ended without a result, a call never
 call deferred on parents that all have results; each gets its answer, written first-wins like
 a worker's. At the deadline every call still without a result gets ``timeout``. While Redis is
 unreachable it keeps trying until the deadline, then raises ``RedisUnavailable``.
+
+The waiting itself is written once, as steps (``_steps``: a generator that yields what it
+needs done: read results, wait for a wake-up, check liveness, time out, pause) and two drivers
+run it: ``wait`` with blocking calls, for ``Executor``; ``wait_async`` on ``redis.asyncio``,
+for ``AsyncExecutor``, whose event loop must never block (its rare liveness checks and time-out
+use RQ, which has no asyncio API, and run on a thread).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 import redis
+import redis.asyncio
 from rq import Queue
 from rq.job import JobStatus
 
@@ -46,6 +56,88 @@ class _Watch:
     deferred_since: float | None = None
 
 
+@dataclass(frozen=True)
+class _Read:
+    """Read the stored results of ``call_ids``."""
+
+    call_ids: list[str]
+
+
+@dataclass(frozen=True)
+class _Wake:
+    """Wait up to ``wait`` s on the wake-up list ``key``, then take what it holds."""
+
+    key: str
+    wait: float
+
+
+@dataclass(frozen=True)
+class _Pause:
+    """Pause before trying an unreachable Redis again."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Run a check that uses the blocking clients (RQ has no asyncio API)."""
+
+    run: Callable[[], None]
+
+
+_Step = _Read | _Wake | _Pause | _Run
+
+
+class _Stepper:
+    """Hands a driver the steps of one wait, one at a time, and takes back each step's
+    answer, or the unreachable Redis it met; ``results`` once the steps are done."""
+
+    def __init__(self, steps: Generator[_Step, Any, dict[str, ToolResult]]) -> None:
+        self._steps = steps
+        self._answer: Any = None
+        self._failure: BaseException | None = None
+        self.results: dict[str, ToolResult] = {}
+
+    def next(self) -> _Step | None:
+        """The next step, or None when the waiting is over."""
+        try:
+            if self._failure is not None:
+                return self._steps.throw(self._failure)
+            return self._steps.send(self._answer)
+        except StopIteration as done:
+            self.results = done.value
+            return None
+        finally:
+            self._answer, self._failure = None, None
+
+    def answer(self, value: Any) -> None:
+        self._answer = value
+
+    def fail(self, failure: BaseException) -> None:
+        self._failure = failure
+
+
+async def _get_many_async(
+    client: redis.asyncio.Redis, keys: Keys, call_ids: list[str]
+) -> dict[str, ToolResult]:
+    if not call_ids:
+        return {}
+    return ResultStore.decoded(call_ids, await client.mget([keys.result(c) for c in call_ids]))
+
+
+async def _wake_async(blocking: redis.asyncio.Redis, done_key: str, wait: float) -> list[bytes]:
+    async with blocking.pipeline(transaction=False) as pipe:
+        pipe.blpop([done_key], timeout=wait)
+        pipe.lpop(done_key, _WAKE_TAKE)
+        first, rest = await pipe.execute()
+    return _taken(first, rest)
+
+
+def _taken(first: tuple[bytes, bytes] | None, rest: list[bytes] | None) -> list[bytes]:
+    """The payloads of a BLPOP (``first``: key and payload, or None) and the LPOP after it."""
+    return [] if first is None else [first[1], *(rest or [])]
+
+
 @dataclass
 class Collector:
     """Waits for turns' results on behalf of an ``Executor`` (its connections and stores)."""
@@ -63,12 +155,71 @@ class Collector:
         self._blocking.close()
 
     def wait(
-        self, plan: TurnPlan, deadline: float, limit: float, *, fresh: bool = False
+        self,
+        plan: TurnPlan,
+        deadline: float,
+        limit: float,
+        *,
+        fresh: bool = False,
+        time_out: bool = True,
     ) -> dict[str, ToolResult]:
-        """The results of ``plan``'s enqueued calls, by call id; every one by ``deadline``.
+        """The results of ``plan``'s enqueued calls, by call id; every one by ``deadline``
+        (those still without one then answered ``timeout``), or with ``time_out`` False, those
+        there are by then.
 
         ``fresh``: the turn was just submitted and its wake-up list never read, so wait on
         that list before the first read of the results (no read that can only find nothing).
+        """
+        stepper = _Stepper(self._steps(plan, deadline, limit, fresh=fresh, time_out=time_out))
+        while (step := stepper.next()) is not None:
+            try:
+                if isinstance(step, _Read):
+                    stepper.answer(self._results.get_many(step.call_ids))
+                elif isinstance(step, _Wake):
+                    stepper.answer(self._wake(step.key, step.wait))
+                elif isinstance(step, _Pause):
+                    time.sleep(step.seconds)
+                else:
+                    step.run()
+            except UNREACHABLE as exc:
+                stepper.fail(exc)
+        return stepper.results
+
+    async def wait_async(
+        self,
+        plan: TurnPlan,
+        deadline: float,
+        limit: float,
+        client: redis.asyncio.Redis,
+        blocking: redis.asyncio.Redis,
+        *,
+        fresh: bool = False,
+        time_out: bool = True,
+    ) -> dict[str, ToolResult]:
+        """``wait``, awaited: results read and wake-ups waited for on ``client`` and
+        ``blocking`` (``redis.asyncio``); the liveness checks and the time-out on a thread."""
+        stepper = _Stepper(self._steps(plan, deadline, limit, fresh=fresh, time_out=time_out))
+        while (step := stepper.next()) is not None:
+            try:
+                if isinstance(step, _Read):
+                    stepper.answer(await _get_many_async(client, self._keys, step.call_ids))
+                elif isinstance(step, _Wake):
+                    stepper.answer(await _wake_async(blocking, step.key, step.wait))
+                elif isinstance(step, _Pause):
+                    await asyncio.sleep(step.seconds)
+                else:
+                    await asyncio.to_thread(step.run)
+            except UNREACHABLE as exc:
+                stepper.fail(exc)
+        return stepper.results
+
+    def _steps(
+        self, plan: TurnPlan, deadline: float, limit: float, *, fresh: bool, time_out: bool
+    ) -> Generator[_Step, Any, dict[str, ToolResult]]:
+        """The waiting, as steps for a driver to carry out; returns the results by call id.
+
+        Each ``_Read`` is answered with the results found, each ``_Wake`` with the wake-up
+        list's payloads; an unreachable Redis is thrown in at the step that met it.
         """
         waiting_for = plan.enqueued()
         results: dict[str, ToolResult] = {}
@@ -81,25 +232,25 @@ class Collector:
             try:
                 if read or time.monotonic() >= deadline:
                     pending = [c for c in waiting_for if c not in results]
-                    results.update(self._results.get_many(pending))
+                    found = yield _Read(pending)
+                    results.update(found)
                 read = True
                 if len(results) == len(waiting_for):
                     return results
                 now = time.monotonic()
                 if now >= deadline:
-                    self._time_out(plan, results, limit)
+                    if time_out:
+                        yield _Run(lambda: self._time_out(plan, results, limit))
                     return results
                 if now >= next_check:
-                    self._find_lost(plan, results, watches)
-                    # A dependent RQ left ready would wait 10 minutes.
-                    enqueue_ready(named_queue(self._client, plan.queue) if plan.queue
-                                  else self._queue)  # fmt: skip
+                    yield _Run(lambda: self._check(plan, results, watches))
                     next_check = time.monotonic() + LIVENESS_CHECK_S
                     continue
                 # The wake-up list: a small result rides on it (no read after); a large one,
                 # or a wake-up another collector took, is read from its key.
                 wait = max(0.01, min(LIVENESS_CHECK_S, deadline - now, next_check - now))
-                rode, named = self._results.woken(self._wake(done_key, wait))
+                payloads = yield _Wake(done_key, wait)
+                rode, named = self._results.woken(payloads)
                 results.update((r.call_id, r) for r in rode if r.call_id in watches)
                 read = named or not rode
                 outage.over()
@@ -115,7 +266,14 @@ class Collector:
                         f"may still run; collect({plan.turn_id!r}) again once Redis is back",
                         plan.turn_id,
                     ) from None  # fmt: skip
-                time.sleep(max(0.0, min(outage.pause(), deadline - time.monotonic())))
+                yield _Pause(max(0.0, min(outage.pause(), deadline - time.monotonic())))
+
+    def _check(
+        self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
+    ) -> None:
+        self._find_lost(plan, results, watches)
+        # A dependent RQ left ready would wait 10 minutes.
+        enqueue_ready(named_queue(self._client, plan.queue) if plan.queue else self._queue)
 
     def _wake(self, done_key: str, wait: float) -> list[bytes]:
         """Wait up to ``wait`` s for the turn's wake-up list, then take all it holds (one
@@ -124,9 +282,7 @@ class Collector:
             pipe.blpop([done_key], timeout=wait)
             pipe.lpop(done_key, _WAKE_TAKE)
             first, rest = pipe.execute()
-        if first is None:
-            return []
-        return [first[1], *(rest or [])]
+        return _taken(first, rest)
 
     def _find_lost(
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]

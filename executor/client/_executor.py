@@ -325,24 +325,50 @@ class Executor:
         ``RedisUnavailable`` (the calls may still run; collect the turn again later).
         """
         limit = self.settings.turn_timeout if timeout is None else timeout
+        plan, results = self._wait(turn, limit, time_out=True)
+        return in_call_order(plan, results)
+
+    def poll(self, turn: Turn | str, *, wait: float = 0.0) -> list[ToolResult | None]:
+        """The results of ``turn`` so far, in call order (``None`` for a call without one
+        yet), once all are in or ``wait`` seconds have passed.
+
+        Unlike ``collect``, it answers no call ``timeout``: polling a turn leaves its calls
+        running. A call whose worker died is still answered ``worker_lost`` while it waits.
+        """
+        plan, results = self._wait(turn, wait, time_out=False)
+        return so_far(plan, results)
+
+    def _wait(
+        self, turn: Turn | str, limit: float, *, time_out: bool
+    ) -> tuple[TurnPlan, dict[str, ToolResult]]:
         deadline = time.monotonic() + limit
         if isinstance(turn, Turn):
             plan = turn.plan
         else:
             with reaching(self.redis_url, f"while loading turn {turn}", turn):
                 plan = self._load_plan(turn)
-        fresh = isinstance(turn, Turn) and turn.fresh
-        if isinstance(turn, Turn):
-            turn.fresh = False
-        results = self._collector.wait(plan, deadline, limit, fresh=fresh)
-        if isinstance(turn, Turn):
-            copying = f"while copying turn {plan.turn_id}'s events"
-            with reaching(self.redis_url, copying, plan.turn_id):
+        results = self._collector.wait(plan, deadline, limit, fresh=take_fresh(turn),
+                                       time_out=time_out)  # fmt: skip
+        if len(results) == len(plan.enqueued()):
+            self.log_collected(turn)
+        return plan, results
+
+    @property
+    def collector(self) -> Collector:
+        """What waits for this executor's turns (``AsyncExecutor`` drives it on its loop)."""
+        return self._collector
+
+    @property
+    def logs_events(self) -> bool:
+        """Whether collected turns' events are copied to a JSONL log."""
+        return self._jsonl_handle is not None
+
+    def log_collected(self, turn: Turn | str) -> None:
+        """Copy a collected turn's events to the JSONL log (a ``Turn`` this executor made)."""
+        if isinstance(turn, Turn) and self._jsonl_handle is not None:
+            copying = f"while copying turn {turn.turn_id}'s events"
+            with reaching(self.redis_url, copying, turn.turn_id):
                 self._log_turn_events(turn)
-        return [
-            plan.answered[index] if index in plan.answered else results[call_id]
-            for index, call_id in enumerate(plan.call_ids)
-        ]
 
     def cancel(self, turn: Turn | str) -> None:
         """Stop a turn: queued calls do not run, running ones are told to stop.
@@ -508,10 +534,7 @@ class Executor:
         return len(self.results.get_many(enqueued)) < len(enqueued)
 
     def _load_plan(self, turn_id: str) -> TurnPlan:
-        raw = self.client.get(self.keys.turn(turn_id))
-        if raw is None:
-            raise TurnError(f"No turn {turn_id!r} is known (never submitted, or expired).")
-        return TurnPlan.model_validate_json(raw)
+        return plan_from(turn_id, self.client.get(self.keys.turn(turn_id)))
 
     def _stream_position(self) -> str:
         last: list[tuple[Any, Any]] = self.client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]
@@ -531,6 +554,37 @@ class Executor:
             if item.turn_id == turn.turn_id:
                 self._jsonl_handle.write(item.to_json_line() + "\n")
         self._jsonl_handle.flush()
+
+
+def plan_from(turn_id: str, stored: bytes | str | None) -> TurnPlan:
+    """The plan of ``turn_id`` as read from its key; ``TurnError`` if there was none."""
+    if stored is None:
+        raise TurnError(f"No turn {turn_id!r} is known (never submitted, or expired).")
+    return TurnPlan.model_validate_json(stored)
+
+
+def take_fresh(turn: Turn | str) -> bool:
+    """Whether ``turn`` was never collected (and from now on, it has been)."""
+    if not isinstance(turn, Turn):
+        return False
+    fresh, turn.fresh = turn.fresh, False
+    return fresh
+
+
+def in_call_order(plan: TurnPlan, results: dict[str, ToolResult]) -> list[ToolResult]:
+    """One result per call of the turn, in call order: answered ones from the plan."""
+    return [
+        plan.answered[index] if index in plan.answered else results[call_id]
+        for index, call_id in enumerate(plan.call_ids)
+    ]
+
+
+def so_far(plan: TurnPlan, results: dict[str, ToolResult]) -> list[ToolResult | None]:
+    """``in_call_order`` for a turn still running: ``None`` for a call without a result."""
+    return [
+        plan.answered[index] if index in plan.answered else results.get(call_id)
+        for index, call_id in enumerate(plan.call_ids)
+    ]
 
 
 def _plan(

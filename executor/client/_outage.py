@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -45,6 +47,14 @@ def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:
     return redis.Redis.from_url(
         url, socket_timeout=REDIS_TIMEOUT_S + blocking_s,
         socket_connect_timeout=REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1),
+    )  # fmt: skip
+
+
+def connect_async(url: str, *, blocking_s: float = 0.0) -> redis.asyncio.Redis:
+    """``connect``'s client on ``redis.asyncio``, with the same time limits."""
+    return redis.asyncio.Redis.from_url(
+        url, socket_timeout=REDIS_TIMEOUT_S + blocking_s,
+        socket_connect_timeout=REDIS_TIMEOUT_S, retry=AsyncRetry(NoBackoff(), 1),
     )  # fmt: skip
 
 

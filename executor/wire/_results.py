@@ -85,7 +85,11 @@ class ResultStore:
         """The stored results among ``call_ids``."""
         if not call_ids:
             return {}
-        raws = self.client.mget([self.keys.result(c) for c in call_ids])
+        return self.decoded(call_ids, self.client.mget([self.keys.result(c) for c in call_ids]))
+
+    @staticmethod
+    def decoded(call_ids: list[str], raws: list[bytes | str | None]) -> dict[str, ToolResult]:
+        """The results an MGET of ``call_ids``' result keys found, by call id."""
         return {
             call_id: ToolResult.model_validate_json(raw)
             for call_id, raw in zip(call_ids, raws, strict=True)

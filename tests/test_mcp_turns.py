@@ -79,11 +79,34 @@ def test_a_turn_submitted_without_waiting_is_collected_by_its_id(turns: httpx2.C
     assert submitted.status_code == 202, submitted.text
     turn_id = submitted.json()["turn_id"]
 
-    collected = turns.get(f"/turns/{turn_id}", params={"timeout": PATIENCE_S})
+    collected = turns.get(f"/turns/{turn_id}", params={"wait": PATIENCE_S})
 
     assert collected.status_code == 200, collected.text
     (result,) = collected.json()["results"]
     assert (result["call_id"], result["content"]) == ("s", "exit code: 0\nstdout:\nlater")
+
+
+def test_polling_a_running_turn_leaves_it_running(turns: httpx2.Client, workspace: Path) -> None:
+    # The call waits for a file only this test writes: it is still running at the first GET.
+    command = "while [ ! -e go ]; do sleep 0.05; done; echo released"
+    submitted = turns.post(
+        "/turns", json={"calls": [_call("r", "read_file", path="a.txt"),
+                                  _call("held", "bash", command=command, timeout=120)],
+                        "wait": False},
+    )  # fmt: skip
+    turn_id = submitted.json()["turn_id"]
+
+    early = turns.get(f"/turns/{turn_id}", params={"wait": 0.5})
+
+    assert early.status_code == 202, early.text
+    body = early.json()
+    assert body["pending"] == 1
+    assert body["results"][0]["content"] == "alpha\n"
+    assert body["results"][1] is None  # still running: not answered `timeout`
+    (workspace / "go").write_text("")
+    done = turns.get(f"/turns/{turn_id}", params={"wait": PATIENCE_S})
+    assert done.status_code == 200, done.text
+    assert done.json()["results"][1]["content"] == "exit code: 0\nstdout:\nreleased"
 
 
 def test_a_cancelled_turn_ends_its_running_command(turns: httpx2.Client) -> None:
@@ -96,7 +119,7 @@ def test_a_cancelled_turn_ends_its_running_command(turns: httpx2.Client) -> None
     wait_for(lambda: survivors(marker, within=0) != [], "the command to start")
 
     assert turns.delete(f"/turns/{turn_id}").status_code == 204
-    (result,) = turns.get(f"/turns/{turn_id}", params={"timeout": PATIENCE_S}).json()["results"]
+    (result,) = turns.get(f"/turns/{turn_id}", params={"wait": PATIENCE_S}).json()["results"]
 
     # Answered by the cancel (cancelled) or by the worker that killed it (its tool error).
     assert result["status"] == "error", result
@@ -113,14 +136,15 @@ def test_calls_that_fail_are_results_and_a_bad_turn_is_an_error_that_says_why(
     assert [r["error_type"] for r in failing.json()["results"]] == ["unknown_tool", "tool_error"]
 
     cases = {
-        "not JSON": (turns.post("/turns", content=b"[{"), 400, "Send a JSON array"),
+        "not JSON": (turns.post("/turns", content=b"[{"), 400, "the body is not valid JSON"),
         "no calls": (turns.post("/turns", json={"calls": []}), 400, "non-empty JSON array"),
         "an unknown field": (turns.post("/turns", json={"calls": [], "mode": 1}), 400, "mode"),
         "one id twice": (turns.post("/turns", json=[_call("d", "calculator", expression="1"),
                                                     _call("d", "calculator", expression="2")]),
                          400, "appears twice"),
-        "a bad timeout": (turns.get("/turns/x", params={"timeout": "soon"}), 400, "timeout"),
-        "an unknown turn": (turns.get("/turns/no-such-turn", params={"timeout": 1}), 404,
+        "a bad wait": (turns.get("/turns/x", params={"wait": "soon"}), 400, "wait"),
+        "an unknown query": (turns.get("/turns/x", params={"timeout": 1}), 400, "timeout"),
+        "an unknown turn": (turns.get("/turns/no-such-turn", params={"wait": 1}), 404,
                             "No turn 'no-such-turn'"),
     }  # fmt: skip
     for what, (response, status, says) in cases.items():

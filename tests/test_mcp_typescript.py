@@ -1,12 +1,16 @@
-"""``toolpool mcp --http`` driven by a client no one here wrote: the official MCP TypeScript SDK.
+"""``toolpool mcp --http`` driven by clients no one here wrote: the official MCP TypeScript
+SDK, and Node's own ``fetch`` on the turn endpoint.
 
 Once per test session the SDK (``@modelcontextprotocol/sdk``, an exact version) is installed
 with npm into a temporary folder, beside a copy of ``tests/support/ts/client.mjs``. The test
 starts two real worker processes and the HTTP server with a token, runs that script with the
-machine's Node, and checks the one JSON object it prints: what plain ``fetch`` got without the
-token, the tools the SDK's ``Client`` listed, and what its ``read_file`` and ``bash`` calls
-returned. Without ``node`` or ``npm``, or when npm cannot reach its registry, the test is
-skipped, saying why.
+machine's Node, and checks what it printed: a line per check it made on ``/turns`` and one JSON
+object with what it got. MCP: what plain ``fetch`` got without the token, the tools the SDK's
+``Client`` listed, and what its ``read_file`` and ``bash`` calls returned. Turns: a whole turn
+answered in call order with read-after-write, one posted with ``"wait": false`` and collected
+by its id, malformed bodies refused with a reason, and requests without the token refused.
+Without ``node`` or ``npm``, or when npm cannot reach its registry, the test is skipped, saying
+why.
 """
 
 from __future__ import annotations
@@ -105,14 +109,16 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home / "client.mjs"
 
 
-def run_node(script: Path, *args: str) -> dict[str, Any]:
-    """Run ``node script ARGS`` and return the one JSON object it printed."""
+def run_node(script: Path, *args: str) -> tuple[list[str], dict[str, Any]]:
+    """Run ``node script ARGS``; the lines it printed before its last, and the JSON object
+    that last line holds."""
     done = subprocess.run(["node", str(script), *args], cwd=script.parent, capture_output=True,
                           stdin=subprocess.DEVNULL, text=True, timeout=NODE_S,
                           check=False)  # fmt: skip
     assert done.returncode == 0, f"node exited {done.returncode}:\n{done.stderr}\n{done.stdout}"
-    got: dict[str, Any] = json.loads(done.stdout)
-    return got
+    *lines, last = done.stdout.splitlines()
+    got: dict[str, Any] = json.loads(last)
+    return lines, got
 
 
 # -- the pool and the HTTP server ---------------------------------------------------------------
@@ -134,8 +140,40 @@ def pool(redis_url: str, workspace: Path, make_workers: MakeWorkers) -> Iterator
 
 # -- the proof ----------------------------------------------------------------------------------
 
+# What client.mjs says it checked on /turns, in order: each line printed only once it held.
+TURN_CHECKS = [
+    "ok: POST /turns: 200 with a turn id",
+    "ok: POST /turns: results in call order (t1-write,t1-read,t1-list,t1-cat)",
+    "ok: POST /turns: every call ok",
+    "ok: read_file after write_file read the text just written",
+    "ok: list_directory after write_file listed note.txt",
+    "ok: bash `cat note.txt` after write_file printed the text just written",
+    'ok: "wait": false: 202 with a turn id, no results, while its first call still waits',
+    "ok: GET /turns/{id} while its first call waits: 202, both results pending (null)",
+    "ok: GET /turns/{id}: 200 for that turn",
+    "ok: GET /turns/{id}: results in call order (t2-wait,t2-read)",
+    "ok: GET /turns/{id}: every call ok",
+    "ok: the waiting bash call ran on once released, and read the note",
+    "ok: the read_file after it read the note",
+    'ok: malformed, a body that is not JSON: 400 saying "the body is not valid JSON"',
+    'ok: malformed, "calls" not an array: 400 saying "\\"calls\\" must be a non-empty JSON array"',
+    'ok: malformed, "wait" not true or false: 400 saying "\\"wait\\" must be true or false"',
+    'ok: malformed, an unknown field: 400 saying "unknown field(s): colls"',
+    'ok: malformed, a call without a name: 400 saying "Call 1 is not a tool call"',
+    "ok: malformed, one call id twice: 400 saying \"'m4' appears twice\"",
+    "ok: POST /turns without a token: 401 with a Bearer challenge",
+    "ok: POST /turns with a wrong token: 401 with a Bearer challenge",
+    "ok: GET /turns/{id} without a token: 401 with a Bearer challenge",
+    "ok: DELETE /turns/{id} without a token: 401 with a Bearer challenge",
+    "ok: no refused turn ran: the workspace holds no refused-*.txt",
+]
 
-def test_the_typescript_sdk_lists_and_calls_tools_over_http(
+
+def _ids_and_contents(answer: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(r["call_id"], r["status"], r["content"]) for r in answer["results"]]
+
+
+def test_node_drives_the_http_server_by_mcp_and_by_whole_turns(
     ts_client: Path, redis_url: str, pool: Workers, workspace: Path, tmp_path: Path
 ) -> None:
     token = "ts-sdk-token-for-the-test"
@@ -143,8 +181,11 @@ def test_the_typescript_sdk_lists_and_calls_tools_over_http(
     (workspace / "notes" / "from-python.txt").write_text(FILE_TEXT, encoding="utf-8")
 
     with http_server(redis_url, tmp_path / "mcp-server.log", token) as url:
-        got = run_node(ts_client, url, token, "notes/from-python.txt")
-    print(json.dumps(got, indent=1, ensure_ascii=False))  # shown when the test fails
+        checks, got = run_node(ts_client, url, token, "notes/from-python.txt", str(workspace))
+    print("\n".join(checks))  # shown when the test fails
+    print(json.dumps(got, indent=1, ensure_ascii=False))
+
+    # -- MCP, with the SDK
 
     # Plain fetch, before the SDK connected: refused without the token and with a wrong one.
     assert got["unauthorized"]["statuses"] == {"none": 401, "wrong": 401}, got["unauthorized"]
@@ -164,3 +205,40 @@ def test_the_typescript_sdk_lists_and_calls_tools_over_http(
     assert got["read_file"] == {"isError": False, "texts": [FILE_TEXT]}, got["read_file"]
     echoed = "exit code: 0\nstdout:\nfrom-node"
     assert got["bash"] == {"isError": False, "texts": [echoed]}, got["bash"]
+
+    # -- /turns, with fetch: every check the script made held, and what it got says so too.
+    assert checks == TURN_CHECKS
+    turns = got["turns"]
+    note = turns["note"]
+    assert (workspace / "note.txt").read_text(encoding="utf-8") == note
+
+    # One turn: in call order; the read, the listing and bash ran after the write and saw it.
+    assert _ids_and_contents(turns["inOrder"]) == [
+        ("t1-write", "ok", turns["inOrder"]["results"][0]["content"]),
+        ("t1-read", "ok", note),
+        ("t1-list", "ok", "note.txt\nnotes/"),
+        ("t1-cat", "ok", f"exit code: 0\nstdout:\n{note.rstrip()}"),
+    ]
+
+    # "wait": false answered with the id alone, while the first call waited on a file the
+    # script wrote only after that answer; GET /turns/{id} then gave both results.
+    later = turns["later"]
+    assert later["accepted"] == {"turn_id": later["collected"]["turn_id"]}, later
+    assert _ids_and_contents(later["collected"]) == [
+        ("t2-wait", "ok", f"exit code: 0\nstdout:\nreleased\n{note.rstrip()}"),
+        ("t2-read", "ok", note),
+    ]
+    assert (workspace / later["release"]).is_file()
+
+    # Malformed bodies: 400, each with a reason; requests without the right token: 401.
+    malformed = turns["malformed"]
+    assert [(a["status"], bool(a["error"])) for a in malformed.values()] == [(400, True)] * 6, (
+        malformed
+    )
+    refused = turns["unauthorized"]["requests"]
+    assert [(r["status"], r["challenge"]) for r in refused.values()] == [
+        (401, 'Bearer realm="toolpool"')
+    ] * 4, refused
+    assert sorted(path.name for path in workspace.iterdir()) == sorted(
+        ["note.txt", "notes", later["release"]]
+    )

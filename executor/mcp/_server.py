@@ -8,6 +8,9 @@ from one client run in parallel (and run together on the pool when their tools a
 concurrency-safe); the result's text is the ``ToolResult``'s content, truncation note
 included, and ``isError`` is set for error results. A client's cancellation cancels the turn
 on the pool. While a call waits, the client gets progress notifications, if it asked for them.
+When the pool's tools change (a worker with other tools joins, the last one serving a tool
+leaves), clients that can hear it get ``notifications/tools/list_changed`` (``ToolsWatch``), and
+the server declares ``tools.listChanged`` in both protocol eras.
 
 The orchestrator's ``Executor`` is not shared between threads: each call borrows one from a
 small pool (``ExecutorPool``) and gives it back.
@@ -17,19 +20,22 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
 from executor.client import Executor, Sessions, Turn
 from executor.client._async import ExecutorPool
 from executor.contract import ToolInfo
+from executor.mcp._watch import ToolsWatch
 from executor.wire import ToolCall, ToolResult
 
 NAME = "toolpool"
@@ -57,6 +63,24 @@ def mcp_result(result: ToolResult) -> types.CallToolResult:
     )
 
 
+class _ListChangedServer(Server[Any]):
+    """The SDK's low-level server, declaring ``tools.listChanged`` in the handshake whoever
+    builds the handshake's options: the streamable-HTTP session manager builds its own, with
+    none passed. (At 2026-07-28 the SDK derives the flag from the listen handler.)"""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
 class PoolServer:
     """The MCP server of one pool: every call in one named ``session``, in a session of its
     own for each client connection (``session_per_client``: made at the connection's first
@@ -73,17 +97,37 @@ class PoolServer:
         self._client_sessions: dict[str, str] = {}
         self._creating = anyio.Lock()
         self.executors = ExecutorPool(lambda: Executor(settings=settings, session=session))
-        self.server: Server[Any] = Server(
+        self.watch = ToolsWatch(settings)
+        self.server: Server[Any] = _ListChangedServer(
             NAME,
             version=_version(),
             instructions="Tools run on a toolpool worker pool: reads run together, writes "
             "and shell commands one at a time; long results come back cut, with a note.",
+            lifespan=self._lifespan,
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_subscriptions_listen=self.watch.listen,
+        )
+        self.server.add_notification_handler(
+            "notifications/initialized", types.NotificationParams, self._client_ready
         )
 
     def close(self) -> None:
         self.executors.close()
+
+    @asynccontextmanager
+    async def _lifespan(self, server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The server's life (stdio: the connection's; HTTP: the app's): the tools watched."""
+        async with self.watch.running():
+            yield {}
+
+    async def _client_ready(
+        self, ctx: ServerRequestContext[Any], params: types.NotificationParams
+    ) -> None:
+        """A handshake-era client finished its handshake: tell it of tool changes while its
+        connection lives (the SDK runs this as a task of the connection's, cancelled at its
+        end)."""
+        await self.watch.tell_connection(ctx.session)
 
     async def _session_of(self, ctx: ServerRequestContext[Any]) -> str | None:
         """The session this connection's calls run in (made now, for its first request)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +36,9 @@ def http_app(
     token: str | None = None, host: str = "127.0.0.1",
 ) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
     """The streamable-HTTP ASGI app (MCP at ``/mcp``, whole turns at ``/turns``), behind the
-    bearer token if one is set."""
+    bearer token if one is set. Its lifespan runs the watch on the pool's tools; a server that
+    waits for responses in progress before it stops calls ``pool.watch.end_streams()`` first
+    (``serve_http`` does)."""
     pool = PoolServer(settings, session=session, session_per_client=session_per_client)
     app: ASGIApp = pool.server.streamable_http_app(
         streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
@@ -72,6 +75,19 @@ def _require_token(app: ASGIApp, token: str) -> ASGIApp:
     return guarded
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, ending the pool's ``subscriptions/listen`` streams when it shuts down: it waits
+    for every response in progress to end first, and a listen stream never ends by itself."""
+
+    def __init__(self, config: uvicorn.Config, pool: PoolServer) -> None:
+        super().__init__(config)
+        self._pool = pool
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._pool.watch.end_streams()
+        await super().shutdown(sockets)
+
+
 async def serve_http(
     settings: Settings, *, host: str, port: int, session: str | None = None,
     session_per_client: bool = False, token: str | None = None,
@@ -82,7 +98,7 @@ async def serve_http(
     app, pool = http_app(settings, session=session, session_per_client=session_per_client,
                          token=token, host=host)  # fmt: skip
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = _Uvicorn(config, pool)
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(server.serve)

@@ -73,8 +73,14 @@ class TurnBatcher:
         except asyncio.CancelledError:
             # The turn runs on for the calls still awaited; once none is, it is cancelled.
             batch.waiting -= 1
-            if batch.waiting == 0 and batch.sent is not None:
-                batch.sent.cancel()
+            if batch.waiting == 0:
+                if self._open is batch:
+                    self._open = None  # a later call must not join a batch nobody waits for
+                if batch.sent is not None:
+                    batch.sent.cancel()
+                    # The turn's cancel reaches the pool before its last caller leaves: the
+                    # framework may close the executor next.
+                    await asyncio.wait([batch.sent])
             raise
         return results[index]
 

@@ -133,13 +133,27 @@ class AsyncExecutor:
     ) -> list[ToolResult]:
         """Submit a turn and await its results, in call order (``Executor.run``). Cancelling
         the awaiting task cancels the turn on the pool."""
-        turn = await self.submit(calls, session=session)
+        # The submit runs on a thread that a cancel cannot stop: a turn it enqueues after this
+        # task was cancelled must be cancelled too, once it exists.
+        submitting = asyncio.ensure_future(self.submit(calls, session=session))
+        try:
+            turn = await asyncio.shield(submitting)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel_once_submitted(submitting))
+            raise
         try:
             return await self.collect(turn, timeout=timeout)
         except asyncio.CancelledError:
             # The turn must not run on unattended: cancel it, even as this task is cancelled.
             await asyncio.shield(self.cancel(turn))
             raise
+
+    async def _cancel_once_submitted(self, submitting: asyncio.Future[Turn]) -> None:
+        try:
+            turn = await submitting
+        except Exception:  # nothing was submitted, or its error is the submit's to report
+            return
+        await self.cancel(turn)
 
     async def submit(
         self, calls: Iterable[ToolCall | dict[str, Any]], *, session: str | None = None

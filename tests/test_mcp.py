@@ -544,3 +544,37 @@ def test_a_client_that_goes_away_mid_call_leaves_nothing_running(
         for pid in processes_with(marker):
             os.kill(pid, signal.SIGKILL)
     assert left == [], f"the sleep outlived its client: {left}"
+
+
+def test_a_server_whose_stdout_is_a_file_still_answers(
+    redis_url: str, pool: Workers, server_log: Path, tmp_path: Path
+) -> None:
+    # stdout a regular file, which the event loop cannot watch: the transport reads and writes
+    # through the SDK's threads instead of the loop's pipes, and answers the same.
+    answers = tmp_path / "answers.jsonl"
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1], "capabilities": {},
+                    "clientInfo": {"name": "file", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "calculator", "arguments": {"expression": "6*7"}}},
+    ]  # fmt: skip
+    with server_log.open("ab") as errlog, answers.open("wb") as out:
+        server = subprocess.Popen(
+            [*TOOLPOOL, "mcp", "--redis", redis_url], env=mcp_env(), cwd=ROOT,
+            stdin=subprocess.PIPE, stdout=out, stderr=errlog,
+        )  # fmt: skip
+    try:
+        assert server.stdin is not None
+        server.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        server.stdin.flush()
+        wait_for(lambda: answers.read_text().count("\n") >= 2, "both answers")
+        server.stdin.close()
+        assert server.wait(timeout=PATIENCE_S) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    replies = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [reply["id"] for reply in replies] == [1, 2]
+    assert replies[1]["result"]["content"][0]["text"] == "6*7 = 42"

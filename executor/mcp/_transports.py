@@ -5,13 +5,14 @@ from __future__ import annotations
 import hmac
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import uvicorn
 from mcp.server.stdio import stdio_server
 
 from executor._settings import Settings
+from executor.mcp._pipes import std_pipes
 from executor.mcp._server import PoolServer
 from executor.mcp._turns import turn_routes
 
@@ -25,8 +26,11 @@ async def serve_stdio(
     """Serve one client on this process's stdin and stdout until it closes them."""
     pool = PoolServer(settings, session=session, session_per_client=session_per_client)
     try:
-        async with stdio_server() as (read, write):
-            await pool.server.run(read, write, pool.server.create_initialization_options())
+        async with std_pipes() as pipes:
+            # On the loop's own pipes where it can (no thread hop per message), else the SDK's.
+            stdin, stdout = pipes or (None, None)
+            async with stdio_server(cast(Any, stdin), cast(Any, stdout)) as (read, write):
+                await pool.server.run(read, write, pool.server.create_initialization_options())
     finally:
         pool.close()
 

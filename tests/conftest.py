@@ -102,3 +102,12 @@ def make_workers(tmp_path: Path) -> Iterator[MakeWorkers]:
     yield make
     for group in made:
         group.stop_all()
+
+
+@pytest.fixture
+def server_log(tmp_path: Path) -> Iterator[Path]:
+    """Where the MCP server writes its stderr; printed at teardown, for a failed test."""
+    log = tmp_path / "mcp-server.log"
+    yield log
+    if log.exists():
+        print(f"--- MCP server stderr ---\n{log.read_text(errors='replace')[-5000:]}")

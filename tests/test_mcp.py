@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -24,12 +23,18 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from executor import Sessions, Settings
-from tests.support.mcp import ROOT, TOOLPOOL, http_server, mcp_env, start_builtin_pool
+from tests.support.mcp import (
+    ROOT,
+    TOOLPOOL,
+    http_server,
+    http_session,
+    mcp_env,
+    start_builtin_pool,
+    stdio_session,
+)
 from tests.support.pids import ancestors, processes_with, sleep_marker, survivors
 from tests.support.procs import MakeWorkers, Workers
 from tests.support.waiting import PATIENCE_S, wait_for
@@ -70,47 +75,6 @@ def pool(redis_url: str, workspace: Path, make_workers: MakeWorkers) -> Iterator
     workers = start_builtin_pool(make_workers, redis_url, workspace)
     yield workers
     print(workers.diagnosis())
-
-
-@pytest.fixture
-def server_log(tmp_path: Path) -> Iterator[Path]:
-    """Where the MCP server writes its stderr; printed at teardown, for a failed test."""
-    log = tmp_path / "mcp-server.log"
-    yield log
-    if log.exists():
-        print(f"--- MCP server stderr ---\n{log.read_text(errors='replace')[-5000:]}")
-
-
-@asynccontextmanager
-async def stdio_session(
-    redis_url: str | None, log: Path, mode: str = "auto", *options: str, **env: str
-) -> AsyncIterator[Client]:
-    """A client connected to a ``toolpool mcp`` process it started, over stdio: ``--redis
-    redis_url``, or (``None``) nothing on the command line, ``env`` saying it all; then
-    ``options``."""
-    args = ["-m", "executor.cli", "mcp"]
-    if redis_url is not None:
-        args += ["--redis", redis_url]
-    args += options
-    params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env),
-                                   cwd=ROOT)  # fmt: skip
-    with log.open("a") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode=mode,
-                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
-            yield client
-
-
-@asynccontextmanager
-async def http_session(
-    url: str, token: str | None = None, mode: str = "auto"
-) -> AsyncIterator[Client]:
-    """A client connected to a running HTTP server, sending ``token`` as a bearer token."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    timeout = httpx2.Timeout(PATIENCE_S, read=PATIENCE_S * 4)
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
-        transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode, read_timeout_seconds=PATIENCE_S * 2) as client:
-            yield client
 
 
 def run(scenario: Scenario) -> None:

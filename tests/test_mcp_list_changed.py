@@ -80,15 +80,6 @@ class Told:
 
 
 @pytest.fixture
-def server_log(tmp_path: Path) -> Iterator[Path]:
-    """Where the MCP server writes its stderr; printed at teardown, for a failed test."""
-    log = tmp_path / "mcp-server.log"
-    yield log
-    if log.exists():
-        print(f"--- MCP server stderr ---\n{log.read_text(errors='replace')[-5000:]}")
-
-
-@pytest.fixture
 def workers(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iterator[Workers]:
     """One worker serving the nine built-in tools, published; the group the second joins."""
     folder = tmp_path / "ws"

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from executor._errors import ConfigurationError
 from executor.cli._common import connection_options, require_redis, session_option, settings_for
 
 _MISSING = (
@@ -31,9 +32,26 @@ _MISSING = (
 @click.option("--token", envvar="TOOLPOOL_MCP_TOKEN", default=None,
               help="With --http: require `Authorization: Bearer TOKEN` (env "
                    "TOOLPOOL_MCP_TOKEN; set it there: a command line is public).")  # fmt: skip
+@click.option("--allow-tool", "allow", multiple=True, metavar="NAME",
+              help="Offer only this tool (repeat for more); the others are not listed and "
+                   "calls to them are refused.")  # fmt: skip
+@click.option("--deny-tool", "deny", multiple=True, metavar="NAME",
+              help="Withhold this tool (repeat for more).")  # fmt: skip
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Offer only the read-only tools (no write_file, edit_file, bash).",
+)
+@click.option("--check", "check", metavar="MODULE:FUNCTION", default=None,
+              help="check(call, tool) -> reason or None, asked for every call; a reason "
+                   "refuses the call (and, in a /turns turn, the calls after it).")  # fmt: skip
+@click.option("--approve", "approve", metavar="MODULE:FUNCTION", default=None,
+              help="approve(call, tool) -> bool, asked for every call of a tool that is not "
+                   "read-only; False refuses it.")  # fmt: skip
 def mcp_command(
     redis_url: str | None, prefix: str | None, session: str | None, session_per_client: bool,
-    use_http: bool, host: str, port: int, token: str | None,
+    use_http: bool, host: str, port: int, token: str | None, allow: tuple[str, ...],
+    deny: tuple[str, ...], read_only: bool, check: str | None, approve: str | None,
 ) -> None:  # fmt: skip
     """Serve the pool's tools to MCP clients.
 
@@ -44,19 +62,25 @@ def mcp_command(
     Without --http it speaks MCP on stdin/stdout, for a client that starts it as a subprocess.
     """
     settings = settings_for(redis_url, prefix)
-    require_redis(settings)
     if session and session_per_client:
         raise click.UsageError("Give --session NAME or --session-per-client, not both.")
     # The MCP SDK (and anyio with it) is an extra: every other command works without it.
     try:
         import anyio
 
-        from executor.mcp import serve_http, serve_stdio
+        from executor.mcp import ServerPolicy, serve_http, serve_stdio
     except ImportError:
         raise click.ClickException(_MISSING) from None
+    try:
+        policy = ServerPolicy.build(allow=allow, deny=deny, read_only=read_only, check=check,
+                                    approve=approve)  # fmt: skip
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    require_redis(settings)
     if not use_http:
         anyio.run(lambda: serve_stdio(settings, session=session,
-                                      session_per_client=session_per_client))  # fmt: skip
+                                      session_per_client=session_per_client,
+                                      policy=policy))  # fmt: skip
         return
     if host not in ("127.0.0.1", "localhost", "::1") and not token:
         click.echo(f"toolpool mcp: WARNING: serving {host} without --token: anyone who can "
@@ -69,5 +93,5 @@ def mcp_command(
     with contextlib.suppress(KeyboardInterrupt):
         anyio.run(lambda: serve_http(settings, host=host, port=port, session=session,
                                      session_per_client=session_per_client, token=token,
-                                     on_ready=ready))  # fmt: skip
+                                     on_ready=ready, policy=policy))  # fmt: skip
     click.echo("toolpool mcp: stopped")

@@ -78,25 +78,30 @@ class ToolRegistry:
         return f"ToolRegistry({self.names()!r})"
 
 
-def load_registry(spec: str) -> ToolRegistry:
-    """Load ``module.path:attribute``: a ``ToolRegistry``, an iterable of tools, or a
-    function returning either."""
+def import_object(spec: str, what: str, example: str) -> Any:
+    """The object ``module.path:attribute`` names; ``ConfigurationError`` saying which part
+    failed (``what``: "registry", "check hook"; ``example``: a spec of the right form)."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise ConfigurationError(
-            f"Registry {spec!r} must look like 'package.module:attribute', e.g. "
-            "'mypkg.tools:registry'"
+            f"{what[0].upper()}{what[1:]} {spec!r} must look like 'package.module:attribute', "
+            f"e.g. {example!r}"
         )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigurationError(
-            f"Cannot import {module_name!r} for registry {spec!r}: {exc}"
-        ) from exc
+        problem = f"Cannot import {module_name!r} for {what} {spec!r}: {exc}"
+        raise ConfigurationError(problem) from exc
     try:
-        value: Any = getattr(module, attribute)
+        return getattr(module, attribute)
     except AttributeError:
         raise ConfigurationError(f"Module {module_name!r} has no attribute {attribute!r}") from None
+
+
+def load_registry(spec: str) -> ToolRegistry:
+    """Load ``module.path:attribute``: a ``ToolRegistry``, an iterable of tools, or a
+    function returning either."""
+    value = import_object(spec, "registry", "mypkg.tools:registry")
     if callable(value) and not isinstance(value, (ToolRegistry, Tool)):
         value = value()
     if isinstance(value, ToolRegistry):

@@ -10,7 +10,16 @@ Needs the ``mcp`` extra (``pip install 'toolpool[mcp]'``). Two transports:
 
 from __future__ import annotations
 
+from executor.mcp._policy import ServerPolicy
 from executor.mcp._server import PoolServer, mcp_result, mcp_tool
 from executor.mcp._transports import http_app, serve_http, serve_stdio
 
-__all__ = ["PoolServer", "http_app", "mcp_result", "mcp_tool", "serve_http", "serve_stdio"]
+__all__ = [
+    "PoolServer",
+    "ServerPolicy",
+    "http_app",
+    "mcp_result",
+    "mcp_tool",
+    "serve_http",
+    "serve_stdio",
+]

@@ -35,6 +35,7 @@ from executor._settings import Settings
 from executor.client import Executor, Sessions, Turn
 from executor.client._async import ExecutorPool
 from executor.contract import ToolInfo
+from executor.mcp._policy import ServerPolicy
 from executor.mcp._watch import ToolsWatch
 from executor.wire import ToolCall, ToolResult
 
@@ -87,16 +88,25 @@ class PoolServer:
     request, deleted after the settings' idle time without calls), or in no session."""
 
     def __init__(
-        self, settings: Settings, *, session: str | None = None, session_per_client: bool = False
+        self,
+        settings: Settings,
+        *,
+        session: str | None = None,
+        session_per_client: bool = False,
+        policy: ServerPolicy | None = None,
     ) -> None:
         if session is not None and session_per_client:
             raise ValueError("name one session, or ask for one per client; not both")
         self.settings = settings
         self.session = session
         self.session_per_client = session_per_client
+        self.policy = policy or ServerPolicy()
         self._client_sessions: dict[str, str] = {}
         self._creating = anyio.Lock()
-        self.executors = ExecutorPool(lambda: Executor(settings=settings, session=session))
+        rules = self.policy
+        self.executors = ExecutorPool(
+            lambda: Executor(settings=settings, session=session, check=rules.refusal)
+        )
         self.watch = ToolsWatch(settings)
         self.server: Server[Any] = _ListChangedServer(
             NAME,
@@ -155,7 +165,7 @@ class PoolServer:
 
     def _tools(self, session: str | None) -> list[ToolInfo]:
         with self.executors.borrow() as executor:
-            return executor.tools(session=session)
+            return [info for info in executor.tools(session=session) if self.policy.offers(info)]
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

@@ -13,6 +13,7 @@ from mcp.server.stdio import stdio_server
 
 from executor._settings import Settings
 from executor.mcp._pipes import std_pipes
+from executor.mcp._policy import ServerPolicy
 from executor.mcp._server import PoolServer
 from executor.mcp._turns import turn_routes
 
@@ -21,10 +22,12 @@ PATH = "/mcp"
 
 
 async def serve_stdio(
-    settings: Settings, *, session: str | None = None, session_per_client: bool = False
-) -> None:
+    settings: Settings, *, session: str | None = None, session_per_client: bool = False,
+    policy: ServerPolicy | None = None,
+) -> None:  # fmt: skip
     """Serve one client on this process's stdin and stdout until it closes them."""
-    pool = PoolServer(settings, session=session, session_per_client=session_per_client)
+    pool = PoolServer(settings, session=session, session_per_client=session_per_client,
+                      policy=policy)  # fmt: skip
     try:
         async with std_pipes() as pipes:
             # On the loop's own pipes where it can (no thread hop per message), else the SDK's.
@@ -37,13 +40,14 @@ async def serve_stdio(
 
 def http_app(
     settings: Settings, *, session: str | None = None, session_per_client: bool = False,
-    token: str | None = None, host: str = "127.0.0.1",
+    token: str | None = None, host: str = "127.0.0.1", policy: ServerPolicy | None = None,
 ) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
     """The streamable-HTTP ASGI app (MCP at ``/mcp``, whole turns at ``/turns``), behind the
     bearer token if one is set. Its lifespan runs the watch on the pool's tools; a server that
     waits for responses in progress before it stops calls ``pool.watch.end_streams()`` first
     (``serve_http`` does)."""
-    pool = PoolServer(settings, session=session, session_per_client=session_per_client)
+    pool = PoolServer(settings, session=session, session_per_client=session_per_client,
+                      policy=policy)  # fmt: skip
     app: ASGIApp = pool.server.streamable_http_app(
         streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
     )
@@ -95,12 +99,12 @@ class _Uvicorn(uvicorn.Server):
 async def serve_http(
     settings: Settings, *, host: str, port: int, session: str | None = None,
     session_per_client: bool = False, token: str | None = None,
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[str], None] | None = None, policy: ServerPolicy | None = None,
 ) -> None:  # fmt: skip
     """Serve streamable HTTP on ``host:port`` until cancelled; ``on_ready(url)`` once it
     listens."""
     app, pool = http_app(settings, session=session, session_per_client=session_per_client,
-                         token=token, host=host)  # fmt: skip
+                         token=token, host=host, policy=policy)  # fmt: skip
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = _Uvicorn(config, pool)
     try:

@@ -1,4 +1,5 @@
-"""What the MCP server's tests share: its environment, and its HTTP transport as a process."""
+"""What the MCP server's tests share: its environment, its HTTP transport as a process, and
+clients of both transports."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
+import httpx2
 import redis
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from executor import Settings
 from executor.wire import Keys, read_catalog
@@ -60,9 +65,11 @@ class _Output:
 
 @contextmanager
 def http_server(
-    redis_url: str, log: Path, token: str | None = None, *, token_in_env: bool = False
-) -> Iterator[str]:
-    """``toolpool mcp --http`` on a free loopback port; yields its MCP URL once it listens.
+    redis_url: str, log: Path, token: str | None = None, *, token_in_env: bool = False,
+    options: Sequence[str] = (),
+) -> Iterator[str]:  # fmt: skip
+    """``toolpool mcp --http [options]`` on a free loopback port; yields its MCP URL once it
+    listens.
 
     ``token`` goes on the command line, or with ``token_in_env`` in TOOLPOOL_MCP_TOKEN."""
     port = free_port()
@@ -74,6 +81,7 @@ def http_server(
         env["TOOLPOOL_MCP_TOKEN"] = token
     elif token is not None:
         argv += ["--token", token]
+    argv += options
     with log.open("ab") as stderr:
         process = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
@@ -114,3 +122,35 @@ def start_builtin_pool(make_workers: MakeWorkers, redis_url: str, workspace: Pat
     finally:
         client.close()
     return workers
+
+
+@asynccontextmanager
+async def stdio_session(
+    redis_url: str | None, log: Path, mode: str = "auto", *options: str, **env: str
+) -> AsyncIterator[Client]:
+    """A client connected to a ``toolpool mcp`` process it started, over stdio: ``--redis
+    redis_url``, or (``None``) nothing on the command line, ``env`` saying it all; then
+    ``options``."""
+    args = ["-m", "executor.cli", "mcp"]
+    if redis_url is not None:
+        args += ["--redis", redis_url]
+    args += options
+    params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env),
+                                   cwd=ROOT)  # fmt: skip
+    with log.open("a") as errlog:
+        async with Client(stdio_client(params, errlog=errlog), mode=mode,
+                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+            yield client
+
+
+@asynccontextmanager
+async def http_session(
+    url: str, token: str | None = None, mode: str = "auto"
+) -> AsyncIterator[Client]:
+    """A client connected to a running HTTP server, sending ``token`` as a bearer token."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    timeout = httpx2.Timeout(PATIENCE_S, read=PATIENCE_S * 4)
+    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, read_timeout_seconds=PATIENCE_S * 2) as client:
+            yield client

@@ -475,6 +475,42 @@ def test_each_client_gets_a_session_of_its_own(
         assert Path(folder, "note.md").read_text() == name
 
 
+def test_over_http_each_client_keeping_a_session_id_gets_a_session_of_its_own(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    # One server, clients told apart by their Mcp-Session-Id (2025 handshake clients keep
+    # one). A 2026 client sends none: it is told to name a session instead.
+    _, root = _sessions_pool(redis_url, tmp_path, make_workers, 2)
+    folders: dict[str, str] = {}
+
+    async def client_of(url: str, name: str) -> None:
+        async with http_session(url, mode="legacy") as client:
+            await client.call_tool("write_file", {"path": "note.md", "content": name})
+            where = ok_text(await client.call_tool("bash", {"command": "pwd"}))
+            folders[name] = where.rsplit("\n", 1)[-1]
+            # A client's later calls stay in its own session.
+            assert ok_text(await client.call_tool("read_file", {"path": "note.md"})) == name
+
+    with http_server(redis_url, server_log, options=["--session-per-client"]) as url:
+
+        async def scenario() -> None:
+            async with anyio.create_task_group() as group:
+                group.start_soon(client_of, url, "first")
+                group.start_soon(client_of, url, "second")
+            async with http_session(url, mode="auto") as modern:
+                refused = await modern.call_tool("read_file", {"path": "note.md"})
+                assert refused.is_error
+                assert "Mcp-Session-Id" in text_of(refused)
+                assert "--session NAME" in text_of(refused)
+
+        run(scenario)
+
+    assert folders["first"] != folders["second"]
+    for name, folder in folders.items():
+        assert Path(folder).parent == root
+        assert Path(folder, "note.md").read_text() == name
+
+
 def test_a_client_that_goes_away_mid_call_leaves_nothing_running(
     redis_url: str, pool: Workers, server_log: Path
 ) -> None:

@@ -327,6 +327,57 @@ def test_two_http_clients_at_once_each_write_and_read_their_file(
         assert (workspace / f"{name}.txt").read_text() == f"{name}'s own text\n" * 10
 
 
+def test_two_clients_exclusive_calls_take_turns_on_the_lock(
+    redis_url: str, pool: Workers, workspace: Path, server_log: Path
+) -> None:
+    # Two workers are free, but bash is exclusive: one command runs its whole course before
+    # the other starts, whatever the timing.
+    command = "echo start-{0} >> trace; sleep 0.3; echo end-{0} >> trace"
+
+    async def scenario(url: str) -> None:
+        async def client(name: str) -> None:
+            async with http_session(url) as session:
+                ok_text(await session.call_tool("bash", {"command": command.format(name)}))
+
+        async with anyio.create_task_group() as group:
+            for name in ("a", "b"):
+                group.start_soon(client, name)
+
+    with http_server(redis_url, server_log) as url:
+        run(lambda: scenario(url))
+    trace = (workspace / "trace").read_text().split()
+    assert trace in (["start-a", "end-a", "start-b", "end-b"],
+                     ["start-b", "end-b", "start-a", "end-a"]), trace  # fmt: skip
+
+
+def test_exclusive_calls_of_clients_in_different_sessions_run_together(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    # Each command waits until the other has started: only two sessions' lock scopes let
+    # both run at once. Run one after the other, the first would wait out its time limit.
+    _sessions_pool(redis_url, tmp_path, make_workers, 2)
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    command = ("touch {meet}/{me}; n=0; until [ -e {meet}/{other} ]; do n=$((n+1)); "
+               "[ $n -gt 1200 ] && exit 3; sleep 0.05; done; echo met")  # fmt: skip
+    texts: dict[str, str] = {}
+
+    async def scenario(url: str) -> None:
+        async def client(me: str, other: str) -> None:
+            async with http_session(url, mode="legacy") as session:
+                result = await session.call_tool("bash", {"command": command.format(
+                    meet=meet, me=me, other=other), "timeout": 120})  # fmt: skip
+                texts[me] = text_of(result)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(client, "a", "b")
+            group.start_soon(client, "b", "a")
+
+    with http_server(redis_url, server_log, options=["--session-per-client"]) as url:
+        run(lambda: scenario(url))
+    assert texts == {"a": "exit code: 0\nstdout:\nmet", "b": "exit code: 0\nstdout:\nmet"}
+
+
 # -- cancellation -----------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from executor.cli._lock import lock as lock_group
 from executor.cli._mcp import mcp_command
 from executor.cli._ops import events_command, status_command
 from executor.cli._sessions import session as session_group
+from executor.cli._timeline import timeline_command
 from executor.client import Executor, TurnError
 from executor.contract import FORMATS, SchemaFormat, ToolInfo, export_tools
 from executor.wire import ToolCall, parse_call
@@ -250,6 +251,7 @@ main.add_command(events_command)
 main.add_command(lock_group)
 main.add_command(session_group)
 main.add_command(mcp_command)
+main.add_command(timeline_command)
 
 
 def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:

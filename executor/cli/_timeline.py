@@ -1,0 +1,54 @@
+"""``toolpool timeline``: a turn's timeline as SVG, from the pool's events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import redis
+
+from executor._timeline import render_svg, turn_bars
+from executor.cli._common import connection_options, require_redis, settings_for
+from executor.wire import Keys, TurnPlan, read_events
+
+
+@click.command("timeline")
+@click.argument("turn_id")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the SVG here (default: standard output).")  # fmt: skip
+@connection_options
+def timeline_command(
+    turn_id: str, output: Path | None, redis_url: str | None, prefix: str | None
+) -> None:
+    """Draw TURN_ID's timeline as SVG: a lane per worker, a bar per call split into its wait
+    for the lock and its run (shared and exclusive in two colours), the batches marked.
+
+    Read from the events Redis keeps (the newest TOOLPOOL_EVENTS_MAXLEN, 10,000 by default).
+    """
+    if output is not None and output.suffix.lower() != ".svg":
+        raise click.BadParameter(f"{output.name}: only SVG is drawn; name it *.svg",
+                                 param_hint="--output")  # fmt: skip
+    settings = settings_for(redis_url, prefix)
+    client = redis.Redis.from_url(require_redis(settings), socket_timeout=10.0)
+    keys = Keys(settings.key_prefix)
+    try:
+        events = [item for _, item in read_events(client, keys) if item.turn_id == turn_id]
+        stored = client.get(keys.turn(turn_id))
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise click.ClickException(f"Redis could not be reached: {exc}") from None
+    finally:
+        client.close()
+    if not events:
+        raise click.ClickException(
+            f"No events of turn {turn_id!r}: it never ran here, or its events were trimmed "
+            "since (the stream keeps the newest TOOLPOOL_EVENTS_MAXLEN)."
+        )
+    plan = TurnPlan.model_validate_json(stored) if stored is not None else None
+    bars = turn_bars(events, turn_id, plan)
+    svg = render_svg(bars, f"turn {turn_id}: {len(bars)} calls on {len({b.worker for b in bars})} "
+                           "workers")  # fmt: skip
+    if output is None:
+        click.echo(svg)
+        return
+    output.write_text(svg + "\n", encoding="utf-8")
+    click.echo(f"{output}: {len(bars)} calls", err=True)

@@ -1,0 +1,137 @@
+"""A turn's timeline SVG, checked by its structure: lanes, bars, modes, batches, overlap.
+
+A known turn runs on real workers: two slow reads that run together, then a lone write. Its
+SVG (``toolpool timeline``) must have a lane per worker, a bar per call in its worker's lane,
+the reads shared and overlapping, the write exclusive and after both, and the second batch
+marked where it begins. Geometry and event times must agree.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from executor import Executor, Settings
+from executor._timeline import render_svg, turn_bars
+from executor.cli import main
+from executor.wire import Event
+from tests.support.procs import MakeWorkers
+from tests.support.waiting import PATIENCE_S
+
+pytestmark = pytest.mark.proof  # real worker processes
+
+SVG = "{http://www.w3.org/2000/svg}"
+# Long enough that the two reads, taken at once by two idle workers, surely overlap.
+READ_MS = 1500
+
+
+@pytest.fixture
+def settings(redis_url: str, tmp_path: Path) -> Settings:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    return Settings(redis_url=redis_url, workspace=workspace)
+
+
+def _turn(settings: Settings, make_workers: MakeWorkers) -> str:
+    make_workers(settings).start(2)
+    with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
+        turn = executor.submit([
+            {"id": "r1", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": READ_MS}},
+            {"id": "r2", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": READ_MS}},
+            {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
+        ])  # fmt: skip
+        results = executor.collect(turn, timeout=PATIENCE_S)
+    assert all(result.is_error is False for result in results), results
+    return turn.turn_id
+
+
+def _calls(svg: str) -> dict[str, ET.Element]:
+    root = ET.fromstring(svg)
+    return {g.attrib["data-call-id"]: g for g in root.iter(f"{SVG}g")
+            if g.attrib.get("class") == "call"}  # fmt: skip
+
+
+def _span(element: ET.Element, kind: str) -> tuple[float, float]:
+    rect = next(r for r in element.iter(f"{SVG}rect") if r.attrib["class"].startswith(kind))
+    left = float(rect.attrib["x"])
+    return left, left + float(rect.attrib["width"])
+
+
+def test_the_timeline_of_parallel_reads_then_a_write(
+    settings: Settings, make_workers: MakeWorkers, tmp_path: Path
+) -> None:
+    turn_id = _turn(settings, make_workers)
+    out = tmp_path / "turn.svg"
+
+    result = CliRunner().invoke(main, ["timeline", turn_id, "-o", str(out),
+                                       "--redis", str(settings.redis_url)])  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    svg = out.read_text()
+    root = ET.fromstring(svg)
+    lanes = [g.attrib["data-worker"] for g in root.iter(f"{SVG}g")
+             if g.attrib.get("class") == "lane"]  # fmt: skip
+    calls = _calls(svg)
+    assert sorted(calls) == ["r1", "r2", "w"]
+    r1, r2, write = calls["r1"], calls["r2"], calls["w"]
+    # A lane per worker that ran a call; each bar in its worker's lane.
+    assert sorted(lanes) == sorted({g.attrib["data-worker"] for g in calls.values()})
+    # The reads ran together, on the two workers; the write alone, after both.
+    assert r1.attrib["data-worker"] != r2.attrib["data-worker"]
+    assert (r1.attrib["data-mode"], r2.attrib["data-mode"]) == ("shared", "shared")
+    assert write.attrib["data-mode"] == "exclusive"
+    (a1, b1), (a2, b2) = _span(r1, "run"), _span(r2, "run")
+    assert max(a1, a2) < min(b1, b2), "the two reads' bars do not overlap"
+    assert _span(write, "run")[0] >= max(b1, b2)
+    # Batches: the reads the first, the write the second, marked where it begins.
+    assert [g.attrib["data-batch"] for g in (r1, r2, write)] == ["0", "0", "1"]
+    boundaries = [line for line in root.iter(f"{SVG}line")
+                  if line.attrib.get("class") == "batch-boundary"]  # fmt: skip
+    assert [line.attrib["data-batch"] for line in boundaries] == ["1"]
+    assert float(boundaries[0].attrib["x1"]) == _span(write, "wait")[0]
+
+
+def test_geometry_and_event_times_agree() -> None:
+    # Hand-made events: bars are placed by their times, waits drawn before the run.
+    def event(name: str, call: str, ts: float, turn: str = "t", **data: object) -> Event:
+        return Event(event=name, ts=ts, call_id=call, turn_id=turn, tool="read_file",
+                     worker=f"w-{call}", data=dict(data))  # fmt: skip
+
+    events = [
+        event("lock_acquired", "a", 100.0, mode="shared", waited_ms=0),
+        event("lock_acquired", "b", 100.5, mode="exclusive", waited_ms=250),
+        event("lock_released", "a", 100.2, released_at=100.2),
+        event("lock_released", "b", 101.0, released_at=101.0),
+        event("lock_acquired", "elsewhere", 100.1, turn="another", mode="shared"),
+    ]
+    bars = turn_bars(events, "t")
+    calls = _calls(render_svg(bars, "t"))
+
+    assert sorted(calls) == ["a", "b"]
+    (wait_left, wait_right), (run_left, run_right) = (_span(calls["b"], "wait"),
+                                                      _span(calls["b"], "run"))  # fmt: skip
+    assert wait_right == run_left
+    a_left, a_right = _span(calls["a"], "run")
+    # b waited from 100.25, after a's run ended at 100.2: no overlap drawn, nor any in time.
+    assert a_right < wait_left < run_left < run_right
+    ratio = (run_right - run_left) / (a_right - a_left)
+    assert ratio == pytest.approx(0.5 / 0.2, rel=0.02)
+
+
+def test_a_turn_without_events_is_a_clear_error(redis_url: str) -> None:
+    result = CliRunner().invoke(main, ["timeline", "no-such-turn", "--redis", redis_url])
+
+    assert result.exit_code == 1
+    assert "No events of turn 'no-such-turn'" in result.output
+
+
+def test_only_svg_is_drawn(redis_url: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["timeline", "t", "-o", str(tmp_path / "t.png"),
+                                       "--redis", redis_url])  # fmt: skip
+
+    assert result.exit_code == 2
+    assert "only SVG is drawn" in result.output

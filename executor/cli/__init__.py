@@ -26,6 +26,7 @@ from executor.cli._common import (
 )
 from executor.cli._lock import lock as lock_group
 from executor.cli._mcp import mcp_command
+from executor.cli._metrics import metrics_command
 from executor.cli._ops import events_command, status_command
 from executor.cli._sessions import session as session_group
 from executor.cli._timeline import timeline_command
@@ -252,6 +253,7 @@ main.add_command(lock_group)
 main.add_command(session_group)
 main.add_command(mcp_command)
 main.add_command(timeline_command)
+main.add_command(metrics_command)
 
 
 def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:

@@ -137,14 +137,20 @@ def read_events(
 
 
 def follow_events(
-    client: redis.Redis, keys: Keys, *, since: str = "$", block_ms: int = 1000
+    client: redis.Redis,
+    keys: Keys,
+    *,
+    since: str = "$",
+    block_ms: int = 1000,
+    stop: threading.Event | None = None,
 ) -> Iterator[tuple[str, Event]]:
-    """Events as they arrive (from ``since``; ``$`` means only new ones), forever.
+    """Events as they arrive (from ``since``; ``$`` means only new ones), forever, or until
+    ``stop`` is set (seen within ``block_ms``).
 
     ``client`` must allow blocking reads longer than ``block_ms`` (socket_timeout=None).
     """
     last = since
-    while True:
+    while stop is None or not stop.is_set():
         reply: list[tuple[Any, list[tuple[Any, dict[Any, Any]]]]] = client.xread(  # type: ignore[assignment]
             {keys.events: last}, block=block_ms, count=100
         )

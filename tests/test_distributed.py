@@ -25,6 +25,7 @@ from executor.client import Executor
 from executor.lock import RWLock
 from executor.wire import Keys
 from tests.support import dist_tools
+from tests.support.pids import ancestors, processes_with, sleep_marker
 from tests.support.procs import (
     MakeWorkers,
     events,
@@ -182,16 +183,19 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
     (fast.workspace / "after.txt").write_text("still here")
     pool = make_workers(fast)
     [doomed] = pool.start(1)
+    marker = sleep_marker()
     calls = [
-        _call("long", "bash", command="sleep 30", timeout=60),
+        _call("long", "bash", command=f"sleep {marker}", timeout=60),
         _call("next", "read_file", path="after.txt"),
     ]
     lock = RWLock.from_url(str(fast.redis_url), fast.scope, keys=Keys(), lease_ms=1500)
     with Executor(settings=fast, registry=dist_tools.registry()) as executor:
         turn = executor.submit(calls)
         wait_for_event(client, "tool_execution_started", "long")
-        # The event comes right before the tool runs; bash is started a moment later.
-        wait_for(doomed.child_pids, "the worker to start bash")
+        # The sleep itself, under this worker: a first call may start short-lived children
+        # first (the sandbox's probe), which are no sign that the command runs.
+        wait_for(lambda: any(doomed.pid in ancestors(pid) for pid in processes_with(marker)),
+                 "the worker's bash to run its sleep")  # fmt: skip
         collected: list[list[ToolResult]] = []
         collector = threading.Thread(target=lambda: collected.append(
             executor.collect(turn, timeout=60)))  # fmt: skip

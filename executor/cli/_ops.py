@@ -9,27 +9,19 @@ from typing import Any
 
 import click
 import redis
-from rq import Worker
 
+from executor._errors import SessionError
+from executor._pool_state import snapshot
 from executor._settings import Settings, shown_url
 from executor.cli._common import connection_options, require_redis, session_option, settings_for
-from executor.lock import RWLock
 from executor.wire import (
-    CallJob,
     Event,
     Keys,
-    SessionStore,
     TurnPlan,
     append_jsonl,
-    call_queue,
-    check_session_name,
     follow_events,
-    named_queue,
     read_events,
-    session_scope,
 )
-
-_FAILURES = {"call_lost", "call_refused", "lock_lost"}
 
 
 @click.command("status")
@@ -53,7 +45,9 @@ def status_command(
     settings = settings_for(redis_url, prefix, scope=scope)
     client = _connect(settings)
     try:
-        report = _status(client, settings, session)
+        report = snapshot(client, settings, session=session)
+    except SessionError as exc:
+        raise click.ClickException(str(exc)) from None
     except redis.RedisError as exc:
         raise click.ClickException(
             f"Cannot read status from {shown_url(settings.redis_url or '')}: {exc}"
@@ -154,57 +148,6 @@ def _connect(settings: Settings, *, blocking: bool = False) -> redis.Redis:
         raise click.BadParameter(str(exc), param_hint="--redis") from None
 
 
-def _status(client: redis.Redis, settings: Settings, session: str | None) -> dict[str, Any]:
-    keys = Keys(settings.key_prefix)
-    queue = call_queue(client, keys, settings.queue)
-    scope = settings.scope
-    about: dict[str, Any] | None = None
-    if session is not None:
-        info = SessionStore(client, keys).read(check_session_name(session))
-        if info is None:
-            raise click.ClickException(f"No session {session!r} (never created, deleted, or "
-                                       "expired).")  # fmt: skip
-        queue = named_queue(client, keys.host_queue_name(settings.queue, info.host))
-        scope = session_scope(session)
-        about = {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
-                 "pending": info.pending, "cwd": info.cwd}  # fmt: skip
-    workers = []
-    for worker in Worker.all(queue=queue):
-        raw = client.get(keys.worker_current(worker.name))
-        current = CallJob.model_validate_json(raw) if raw else None
-        workers.append(
-            {
-                "name": worker.name,
-                "host": worker.hostname,
-                "pid": worker.pid,
-                "state": str(worker.get_state()),
-                "call_id": current.call.id if current else None,
-                "tool": current.call.name if current else None,
-            }
-        )
-    lock = RWLock(client, scope, keys=keys)
-    lock_status = lock.status()
-    failures = [
-        item.model_dump(mode="json")
-        for _, item in read_events(client, keys, since=_recent_id(client, keys, 500))
-        if item.event in _FAILURES
-        or (item.event == "tool_result" and item.data.get("status") == "error")
-    ][-10:]
-    return {
-        **({"session": about} if about is not None else {}),
-        "queue": {
-            "name": queue.name,
-            "queued": queue.count,
-            "waiting_on_earlier_calls": queue.deferred_job_registry.count,
-            "running": queue.started_job_registry.count,
-            "failed_jobs": queue.failed_job_registry.count,
-        },
-        "workers": workers,
-        "lock": lock_status.model_dump(mode="json"),
-        "recent_failures": failures,
-    }
-
-
 def _print_status(report: dict[str, Any]) -> None:
     if "session" in report:
         about = report["session"]
@@ -259,11 +202,6 @@ def _shown(key: str, value: Any) -> str:
 def _clock(ts: float) -> str:
     """An epoch time as local clock time with milliseconds: ``14:03:27.512``."""
     return datetime.datetime.fromtimestamp(ts).isoformat(timespec="milliseconds")[11:]
-
-
-def _recent_id(client: redis.Redis, keys: Keys, count: int) -> str:
-    recent: list[tuple[Any, Any]] = client.xrevrange(keys.events, count=count)  # type: ignore[assignment]
-    return _decode(recent[-1][0]) if recent else "-"
 
 
 def _decode(value: Any) -> str:

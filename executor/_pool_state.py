@@ -1,0 +1,130 @@
+"""What a pool is doing now, read from Redis in one pass: for ``toolpool status`` and the
+dashboard.
+
+The queue (depth, calls waiting on an earlier batch, running, failed jobs), the workers (host,
+pid, state, the call each runs, last heartbeat), the sessions, one lock scope (holders, queue,
+counters), and the recent calls and failures from the events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+from rq import Worker
+from rq.worker import BaseWorker
+
+from executor._errors import SessionError
+from executor._settings import Settings
+from executor.lock import RWLock
+from executor.wire import (
+    CallJob,
+    Event,
+    Keys,
+    SessionStore,
+    call_queue,
+    check_session_name,
+    named_queue,
+    read_events,
+    session_scope,
+)
+
+FAILURES = {"call_lost", "call_refused", "lock_lost"}
+# Events read for the recent calls and failures (the newest of the stream).
+RECENT_EVENTS = 500
+
+
+def snapshot(
+    client: redis.Redis, settings: Settings, *, session: str | None = None, recent: int = 10
+) -> dict[str, Any]:
+    """The pool as JSON-ready data; with ``session``, its host's queue and its lock scope
+    (``SessionError`` for a session that does not exist)."""
+    keys = Keys(settings.key_prefix)
+    queue = call_queue(client, keys, settings.queue)
+    scope = settings.scope
+    about: dict[str, Any] | None = None
+    store = SessionStore(client, keys)
+    if session is not None:
+        info = store.read(check_session_name(session))
+        if info is None:
+            raise SessionError(f"No session {session!r} (never created, deleted, or expired).")
+        queue = named_queue(client, keys.host_queue_name(settings.queue, info.host))
+        scope = session_scope(session)
+        about = {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
+                 "pending": info.pending, "cwd": info.cwd}  # fmt: skip
+    events = [item for _, item in read_events(client, keys, since=_recent_id(client, keys))]
+    return {
+        **({"session": about} if about is not None else {}),
+        "queue": {
+            "name": queue.name,
+            "queued": queue.count,
+            "waiting_on_earlier_calls": queue.deferred_job_registry.count,
+            "running": queue.started_job_registry.count,
+            "failed_jobs": queue.failed_job_registry.count,
+        },
+        "workers": _workers(client, keys, Worker.all(queue=queue)),
+        "lock": RWLock(client, scope, keys=keys).status().model_dump(mode="json"),
+        "recent_failures": [item.model_dump(mode="json") for item in events if _failed(item)][
+            -recent:
+        ],
+        "recent_calls": recent_calls(events)[-recent:],
+    }
+
+
+def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
+    """Every session: name, host, state, calls, calls pending, idle seconds."""
+    store = SessionStore(client, Keys(settings.key_prefix))
+    return [
+        {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
+         "pending": info.pending, "idle_s": round(info.idle_s, 1)}
+        for info in store.read_many(store.names())
+    ]  # fmt: skip
+
+
+def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
+    """The calls that ended among ``events``, oldest first: tool, status, duration, lock wait,
+    truncated, worker."""
+    waits: dict[str, float] = {}
+    calls = []
+    for item in events:
+        if item.event == "lock_acquired":
+            waits[item.call_id] = float(item.data.get("waited_ms", 0.0))
+        elif item.event == "tool_result":
+            calls.append({
+                "call_id": item.call_id, "turn_id": item.turn_id, "tool": item.tool,
+                "status": item.data.get("status"), "error_type": item.data.get("error_type"),
+                "duration_ms": item.data.get("duration_ms"),
+                "lock_wait_ms": waits.get(item.call_id), "truncated": item.data.get("truncated"),
+                "worker": item.worker, "ts": item.ts,
+            })  # fmt: skip
+    return calls
+
+
+def _workers(client: redis.Redis, keys: Keys, workers: list[BaseWorker]) -> list[dict[str, Any]]:
+    found = []
+    for worker in workers:
+        raw = client.get(keys.worker_current(worker.name))
+        current = CallJob.model_validate_json(raw) if raw else None
+        beat = worker.last_heartbeat
+        found.append({
+            "name": worker.name, "host": worker.hostname, "pid": worker.pid,
+            "queues": worker.queue_names(), "state": str(worker.get_state()),
+            "call_id": current.call.id if current else None,
+            "tool": current.call.name if current else None,
+            "last_heartbeat": beat.timestamp() if beat is not None else None,
+        })  # fmt: skip
+    return found
+
+
+def _failed(item: Event) -> bool:
+    return item.event in FAILURES or (
+        item.event == "tool_result" and item.data.get("status") == "error"
+    )
+
+
+def _recent_id(client: redis.Redis, keys: Keys) -> str:
+    recent: list[tuple[Any, Any]] = client.xrevrange(keys.events, count=RECENT_EVENTS)  # type: ignore[assignment]
+    if not recent:
+        return "-"
+    entry_id = recent[-1][0]
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)

@@ -179,8 +179,9 @@ def _batch_marks(bars: list[Bar], height: int, x: Callable[[float], float]) -> l
         marks.append(f'<line class="batch-boundary" data-batch="{number}" x1="{at}" '
                      f'y1="{_TOP - 4}" x2="{at}" y2="{height - 40}" stroke="#444" '
                      f'stroke-dasharray="4 3"/>'
-                     f'<text x="{at + 3}" y="{height - 42}" fill="#444" font-size="10">'
-                     f'batch {number + 1}</text>')  # fmt: skip
+                     f'<text x="{at + 3}" y="{height - 42}" fill="#444" font-size="10" '
+                     f'text-anchor="{"end" if at > _WIDTH - 80 else "start"}" '
+                     f'dx="{-6 if at > _WIDTH - 80 else 0}">batch {number + 1}</text>')  # fmt: skip
     return marks
 
 

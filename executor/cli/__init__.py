@@ -24,6 +24,7 @@ from executor.cli._common import (
     settings_for,
     talking_to,
 )
+from executor.cli._dashboard import dashboard_command
 from executor.cli._lock import lock as lock_group
 from executor.cli._mcp import mcp_command
 from executor.cli._metrics import metrics_command
@@ -254,6 +255,7 @@ main.add_command(session_group)
 main.add_command(mcp_command)
 main.add_command(timeline_command)
 main.add_command(metrics_command)
+main.add_command(dashboard_command)
 
 
 def _executor(settings: Settings, jsonl: Path | None = None, *, wait: float = 0.0) -> Executor:

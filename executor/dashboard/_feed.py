@@ -1,0 +1,132 @@
+"""What every viewer of the dashboard is sent, read from Redis once for all of them.
+
+One thread follows the events stream; one task reads the pool's snapshot once a second. Each
+viewer has a queue of its own that both feed: a viewer that falls behind loses its oldest
+messages, never slows the pool or the other viewers. Redis' load is the same for one viewer
+as for a hundred.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import redis
+
+from executor._pool_state import sessions, snapshot
+from executor._settings import Settings
+from executor.wire import Event, Keys, follow_events
+
+log = logging.getLogger(__name__)
+
+# How often the snapshot (workers, lock, queue, sessions) is read and sent.
+SNAPSHOT_S = 1.0
+# Messages a viewer may fall behind by before its oldest are dropped.
+VIEWER_BACKLOG = 1000
+
+
+class Feed:
+    """The events and snapshots of one pool, fanned out to the dashboard's viewers."""
+
+    def __init__(self, url: str, settings: Settings, on_event: Callable[[Event], None]) -> None:
+        self._url = url
+        self._settings = settings
+        self._on_event = on_event
+        self._viewers: set[asyncio.Queue[str]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._client = redis.Redis.from_url(url, socket_timeout=10.0)
+        self.state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Feed]:
+        """Follow the pool while the app runs."""
+        self._loop = asyncio.get_running_loop()
+        follower = threading.Thread(target=self._follow, name="toolpool-dashboard-events",
+                                    daemon=True)  # fmt: skip
+        follower.start()
+        reading = asyncio.create_task(self._read_snapshots())
+        try:
+            yield self
+        finally:
+            self._stop.set()
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            await asyncio.to_thread(follower.join, 5.0)
+            self._client.close()
+
+    @contextlib.asynccontextmanager
+    async def viewer(self) -> AsyncIterator[asyncio.Queue[str]]:
+        """A queue of server-sent-event messages for one viewer, the current state first."""
+        queue: asyncio.Queue[str] = asyncio.Queue(VIEWER_BACKLOG)
+        if self.state:
+            queue.put_nowait(_message("state", self.state))
+        self._viewers.add(queue)
+        try:
+            yield queue
+        finally:
+            self._viewers.discard(queue)
+
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
+    def _send(self, message: str) -> None:
+        for queue in list(self._viewers):
+            if queue.full():  # a viewer that fell behind loses its oldest message
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+            queue.put_nowait(message)
+
+    async def _read_snapshots(self) -> None:
+        while True:
+            try:
+                self.state = await asyncio.to_thread(self._snapshot)
+                self._send(_message("state", self.state))
+            except redis.RedisError as exc:
+                log.warning("toolpool dashboard: cannot read the pool: %s", exc)
+                self._send(_message("trouble", {"error": f"Redis: {exc}"}))
+            await asyncio.sleep(SNAPSHOT_S)
+
+    def _snapshot(self) -> dict[str, Any]:
+        state = snapshot(self._client, self._settings, recent=100)
+        state["sessions"] = sessions(self._client, self._settings)
+        state["viewers"] = self.viewers
+        return state
+
+    def _follow(self) -> None:
+        """The events, as they come, to every viewer (on the loop's thread)."""
+        client = redis.Redis.from_url(self._url, socket_timeout=None)
+        keys = Keys(self._settings.key_prefix)
+        since = "$"
+        try:
+            while not self._stop.is_set():
+                try:
+                    following = follow_events(client, keys, since=since, block_ms=500,
+                                              stop=self._stop)  # fmt: skip
+                    for entry_id, event in following:
+                        since = entry_id
+                        self._on_event(event)
+                        self._deliver(_message("event", event.model_dump(mode="json")))
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    log.warning("toolpool dashboard: events unreadable, retrying: %s", exc)
+                    self._stop.wait(1.0)
+        finally:
+            client.close()
+
+    def _deliver(self, message: str) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._send, message)
+
+
+def _message(kind: str, data: Any) -> str:
+    """One server-sent event."""
+    return f"event: {kind}\ndata: {json.dumps(data, default=str)}\n\n"

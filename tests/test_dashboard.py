@@ -1,0 +1,238 @@
+"""``toolpool dashboard`` on a pool of real workers: over HTTP, and in a real browser.
+
+The browser is the Debian package's headless Chromium, driven by Selenium: it opens the page
+while turns run, and sees the workers, the lock's holder and the running call appear, the
+finished calls listed, and a turn's timeline drawn with one bar per call in the right lanes
+and order; the page updates without a reload. With ``TOOLPOOL_SCREENSHOTS=DIR`` the browser
+test saves its screenshots there (``docs/`` keeps the README's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from executor import Executor, Settings, ToolResult
+from tests.support.mcp import ROOT, TOOLPOOL, mcp_env
+from tests.support.ports import free_port
+from tests.support.procs import MakeWorkers, stop_process
+from tests.support.waiting import PATIENCE_S, wait_for
+
+pytestmark = pytest.mark.proof  # a dashboard process beside real worker processes
+
+TOKEN = "dash-token"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@dataclass
+class Dashboard:
+    url: str
+    settings: Settings
+    workspace: Path
+
+    def get(self, path: str, *, token: str | None = TOKEN) -> Any:
+        separator = "&" if "?" in path else "?"
+        query = f"{separator}token={token}" if token else ""
+        with urllib.request.urlopen(f"{self.url}{path}{query}", timeout=PATIENCE_S) as answer:
+            body = answer.read()
+        return json.loads(body) if answer.headers.get_content_type() == "application/json" else body
+
+    def run(self, calls: list[dict[str, Any]]) -> list[ToolResult]:
+        with Executor(settings=self.settings, wait_for_workers=PATIENCE_S) as executor:
+            return executor.run(calls, timeout=PATIENCE_S * 2)
+
+
+def _answers(dashboard: Dashboard) -> bool:
+    try:
+        return len(dashboard.get("/api/state").get("workers", [])) == 2
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def dashboard(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iterator[Dashboard]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    settings = Settings(redis_url=redis_url, workspace=workspace)
+    make_workers(settings).start(2)
+    port = free_port()
+    log = tmp_path / "dashboard.log"
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [*TOOLPOOL, "dashboard", "--port", str(port), "--redis", redis_url],
+            env=mcp_env(TOOLPOOL_DASHBOARD_TOKEN=TOKEN), cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=output, stderr=output,
+        )  # fmt: skip
+    served = Dashboard(f"http://127.0.0.1:{port}", settings, workspace)
+    try:
+        wait_for(lambda: _answers(served) or process.poll() is not None,
+                 "the dashboard to show both workers")  # fmt: skip
+        assert process.poll() is None, log.read_text()
+        yield served
+    finally:
+        stop_process(process, PATIENCE_S)
+        print(log.read_text()[-3000:])
+
+
+def _reads_then_a_write(prefix: str) -> list[dict[str, Any]]:
+    read = {"path": "a.txt", "delay_ms": 800}
+    return [
+        {"id": f"{prefix}-r1", "name": "slow_read", "arguments": read},
+        {"id": f"{prefix}-r2", "name": "slow_read", "arguments": read},
+        {"id": f"{prefix}-w", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
+    ]
+
+
+def test_over_http_the_state_the_stream_a_timeline_a_call_and_metrics(
+    dashboard: Dashboard,
+) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        dashboard.get("/api/state", token=None)
+    assert refused.value.code == 401
+
+    # The stream is open before the turn runs: its events must come through it.
+    request = urllib.request.Request(f"{dashboard.url}/api/stream?token={TOKEN}")
+    seen: list[dict[str, Any]] = []
+    with urllib.request.urlopen(request, timeout=PATIENCE_S) as stream:
+        assert stream.readline().startswith(b"event: state")  # the state comes first
+        results = dashboard.run(_reads_then_a_write("h"))
+        kind = ""
+        while not any(e.get("event") == "tool_result" and e.get("call_id") == "h-w" for e in seen):
+            line = stream.readline().decode().strip()
+            if line.startswith("event: "):
+                kind = line.removeprefix("event: ")
+            elif line.startswith("data: ") and kind == "event":
+                seen.append(json.loads(line.removeprefix("data: ")))
+    assert [r.content for r in results[:2]] == ["alpha\n", "alpha\n"]
+    started = [e["call_id"] for e in seen if e["event"] == "tool_execution_started"]
+    assert sorted(started) == ["h-r1", "h-r2", "h-w"]
+
+    def ours_listed() -> list[dict[str, Any]]:
+        recent = dashboard.get("/api/state")["recent_calls"]
+        return [c for c in recent if c["call_id"].startswith("h-")]
+
+    # The state is read once a second: the next one lists the calls.
+    wait_for(lambda: len(ours_listed()) == 3, "the state to list the three calls")
+    ours = ours_listed()
+    assert {c["call_id"]: c["status"] for c in ours} == {"h-r1": "ok", "h-r2": "ok", "h-w": "ok"}
+    assert all(c["lock_wait_ms"] is not None and c["duration_ms"] > 0 for c in ours)
+    svg = dashboard.get(f"/api/turns/{ours[0]['turn_id']}/timeline.svg").decode()
+    assert svg.count('class="call"') == 3
+    call = dashboard.get("/api/calls/h-r1")
+    assert call["result"]["content"] == "alpha\n"
+    metrics = dashboard.get("/metrics").decode()
+    assert 'toolpool_calls_total{status="ok",tool="slow_read"} 2.0' in metrics
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("no chromium and chromedriver here (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--window-size=1280,1400"):  # fmt: skip
+        options.add_argument(argument)
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
+    dashboard: Dashboard, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    def script(code: str) -> Any:
+        return browser.execute_script(code)
+
+    def until(condition: Any, what: str) -> None:
+        wait_for(condition, f"the page to show {what}")
+
+    def shown(selector: str) -> bool:
+        return bool(browser.execute_script("return !!document.querySelector(arguments[0])",
+                                           selector))  # fmt: skip
+
+    browser.get(f"{dashboard.url}/?token={TOKEN}")
+    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == 2,
+          "both workers")  # fmt: skip
+    loaded = script("return window.toolpoolPageLoad")
+    updates = int(script("return document.getElementById('status').dataset.updates"))
+
+    dashboard.run([{"id": f"warm-{i}", "name": "read_file", "arguments": {"path": "a.txt"}}
+                   for i in range(3)])  # fmt: skip
+
+    # A bash call that holds the lock until this test lets it go, and a read queued behind it.
+    hold = {
+        "id": "held",
+        "name": "bash",
+        "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done; echo released"},
+    }
+    behind = {"id": "behind", "name": "read_file", "arguments": {"path": "a.txt"}}
+    turns = [threading.Thread(target=lambda: dashboard.run([hold]))]
+    turns[0].start()
+    try:
+        until(lambda: shown('#workers tr.busy[data-call-id="held"]'),
+              "the worker running the bash call")  # fmt: skip
+        until(lambda: shown('#lock-holders li[data-call-id="held"][data-mode="exclusive"]'),
+              "the bash call holding the lock")  # fmt: skip
+        turns.append(threading.Thread(target=lambda: dashboard.run([behind])))
+        turns[1].start()
+        until(lambda: shown('#lock-waiters li[data-call-id="behind"]'),
+              "the read waiting for the lock")  # fmt: skip
+        _screenshot(browser, "dashboard.png")
+    finally:
+        (dashboard.workspace / "go").touch()
+        for turn in turns:
+            turn.join(timeout=PATIENCE_S)
+
+    dashboard.run(_reads_then_a_write("b"))
+    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="b-"]')) == 3,
+          "the turn's three calls")  # fmt: skip
+    # Clicked in the page itself: the table is redrawn every second, an element found from
+    # here may be gone by the time it is clicked.
+    script("document.querySelector('#calls tr[data-call-id=\"b-w\"] a.turn').click()")
+    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")) == 3,
+          "the turn's timeline")  # fmt: skip
+    bars = {
+        g.get_attribute("data-call-id"): g
+        for g in browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")
+    }
+    lanes = [g.get_attribute("data-worker")
+             for g in browser.find_elements(By.CSS_SELECTOR, "#timeline g.lane")]  # fmt: skip
+    _screenshot(browser, "timeline.png")
+
+    assert sorted(bars) == ["b-r1", "b-r2", "b-w"]
+    assert {bar.get_attribute("data-worker") for bar in bars.values()} <= set(lanes)
+    assert bars["b-r1"].get_attribute("data-worker") != bars["b-r2"].get_attribute("data-worker")
+    assert [bars[c].get_attribute("data-mode") for c in ("b-r1", "b-r2", "b-w")] == [
+        "shared", "shared", "exclusive",
+    ]  # fmt: skip
+    reads_end = max(float(bars[c].get_attribute("data-released")) for c in ("b-r1", "b-r2"))
+    assert float(bars["b-w"].get_attribute("data-granted")) >= reads_end
+    # The same page all along, updated by its stream.
+    assert script("return window.toolpoolPageLoad") == loaded
+    assert int(script("return document.getElementById('status').dataset.updates")) > updates
+
+
+def _screenshot(browser: Any, name: str) -> None:
+    folder = os.environ.get("TOOLPOOL_SCREENSHOTS")
+    if folder:
+        browser.save_screenshot(str(Path(folder) / name))

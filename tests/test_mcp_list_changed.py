@@ -24,7 +24,6 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
-import redis
 from mcp.client import Client
 from mcp.client.session import IncomingMessage, MessageHandlerFnT
 from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -32,13 +31,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
-from executor import Settings
-from executor.wire import Keys, read_catalog
 from tests.support import dist_tools
-from tests.support.mcp import ROOT, TOOLPOOL, http_server, mcp_env
+from tests.support.mcp import ROOT, TOOLPOOL, http_server, mcp_env, start_builtin_pool
 from tests.support.ports import free_port
 from tests.support.procs import DIST_TOOLS, MakeWorkers, Workers, stop_process
-from tests.support.waiting import PATIENCE_S, wait_for
+from tests.support.waiting import PATIENCE_S
 from tests.test_mcp import MODES, NINE, run
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
@@ -84,16 +81,7 @@ def workers(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iterat
     """One worker serving the nine built-in tools, published; the group the second joins."""
     folder = tmp_path / "ws"
     folder.mkdir()
-    settings = Settings(redis_url=redis_url, workspace=folder, bash_sandbox="off")
-    group = make_workers(settings)
-    group.start(1, registry="workers:builtin_registry")
-    client = redis.Redis.from_url(redis_url)
-    try:
-        keys = Keys(settings.key_prefix)
-        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 1,
-                 "the first worker's catalog")  # fmt: skip
-    finally:
-        client.close()
+    group = start_builtin_pool(make_workers, redis_url, folder, count=1)
     yield group
     print(group.diagnosis())
 

@@ -105,20 +105,23 @@ def http_server(
 NOWHERE = "http://127.0.0.1:9"
 
 
-def start_builtin_pool(make_workers: MakeWorkers, redis_url: str, workspace: Path) -> Workers:
-    """Two worker processes serving the nine built-in tools on ``workspace`` (bash unconfined,
-    the weather offline), once both have published their tools: tools/list reads them."""
+def start_builtin_pool(
+    make_workers: MakeWorkers, redis_url: str, workspace: Path, count: int = 2
+) -> Workers:
+    """``count`` worker processes serving the nine built-in tools on ``workspace`` (bash
+    unconfined, the weather offline), once all have published their tools: tools/list reads
+    them."""
     settings = Settings(
         redis_url=redis_url, workspace=workspace, bash_sandbox="off",
         weather_url=NOWHERE, geocoding_url=NOWHERE,
     )  # fmt: skip
     workers = make_workers(settings)
-    workers.start(2, registry="workers:builtin_registry")
+    workers.start(count, registry="workers:builtin_registry")
     client = redis.Redis.from_url(redis_url)
     try:
         keys = Keys(settings.key_prefix)
-        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == 2,
-                 "both workers' catalog")  # fmt: skip
+        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == count,
+                 "the workers' catalog")  # fmt: skip
     finally:
         client.close()
     return workers

@@ -25,6 +25,7 @@ from executor.wire import (
     call_queue,
     check_session_name,
     named_queue,
+    read_entries,
     read_events,
     session_scope,
 )
@@ -62,7 +63,7 @@ def snapshot(
             "running": queue.started_job_registry.count,
             "failed_jobs": queue.failed_job_registry.count,
         },
-        "workers": _workers(client, keys, Worker.all(queue=queue)),
+        "workers": _workers(client, keys, Worker.all(queue=queue), _served(client, keys)),
         "lock": RWLock(client, scope, keys=keys).status().model_dump(mode="json"),
         "recent_failures": [item.model_dump(mode="json") for item in events if _failed(item)][
             -recent:
@@ -72,13 +73,20 @@ def snapshot(
 
 
 def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
-    """Every session: name, host, state, calls, calls pending, idle seconds."""
-    store = SessionStore(client, Keys(settings.key_prefix))
-    return [
-        {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
-         "pending": info.pending, "idle_s": round(info.idle_s, 1)}
-        for info in store.read_many(store.names())
-    ]  # fmt: skip
+    """Every session: name, host, state, calls, calls pending, idle seconds, and its lock
+    scope's holders and waiters (mode and call of each)."""
+    keys = Keys(settings.key_prefix)
+    store = SessionStore(client, keys)
+    found = []
+    for info in store.read_many(store.names()):
+        lock = RWLock(client, session_scope(info.name), keys=keys).status()
+        found.append({
+            "name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
+            "pending": info.pending, "idle_s": round(info.idle_s, 1),
+            "holders": [f"{h.mode} {h.owner.tool} ({h.owner.call_id})" for h in lock.holders],
+            "waiters": [f"{w.mode} {w.owner.tool} ({w.owner.call_id})" for w in lock.queue],
+        })  # fmt: skip
+    return found
 
 
 def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
@@ -100,7 +108,15 @@ def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
     return calls
 
 
-def _workers(client: redis.Redis, keys: Keys, workers: list[BaseWorker]) -> list[dict[str, Any]]:
+def _served(client: redis.Redis, keys: Keys) -> dict[str, list[str]]:
+    """The tools each live worker publishes, by worker name."""
+    entries = read_entries(client, keys)
+    return {entry.worker: [tool.name for tool in entry.tools] for entry in entries}
+
+
+def _workers(
+    client: redis.Redis, keys: Keys, workers: list[BaseWorker], served: dict[str, list[str]]
+) -> list[dict[str, Any]]:
     found = []
     for worker in workers:
         raw = client.get(keys.worker_current(worker.name))
@@ -112,6 +128,7 @@ def _workers(client: redis.Redis, keys: Keys, workers: list[BaseWorker]) -> list
             "call_id": current.call.id if current else None,
             "tool": current.call.name if current else None,
             "last_heartbeat": beat.timestamp() if beat is not None else None,
+            "tools": served.get(worker.name, []),
         })  # fmt: skip
     return found
 

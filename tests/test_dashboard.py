@@ -1,9 +1,10 @@
 """``toolpool dashboard`` on a pool of real workers: over HTTP, and in a real browser.
 
 The browser is the Debian package's headless Chromium, driven by Selenium: it opens the page
-while turns run, and sees the workers, the lock's holder and the running call appear, the
-finished calls listed, and a turn's timeline drawn with one bar per call in the right lanes
-and order; the page updates without a reload. With ``TOOLPOOL_SCREENSHOTS=DIR`` the browser
+while turns run, and sees the workers (with their tools), the running call, the lock's holder
+and a waiter appear, a failed call listed, the finished calls listed, and a turn's timeline
+drawn with one bar per call in the right lanes and order; the page updates without a
+reload. With ``TOOLPOOL_SCREENSHOTS=DIR`` the browser
 test saves its screenshots there (``docs/`` keeps the README's).
 """
 
@@ -203,6 +204,8 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
         for turn in turns:
             turn.join(timeout=PATIENCE_S)
 
+    dashboard.run([{"id": "oops", "name": "read_file", "arguments": {"path": "missing.txt"}}])
+    until(lambda: shown('#failures li[data-call-id="oops"]'), "the failed call")
     dashboard.run(_reads_then_a_write("b"))
     until(lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="b-"]')) == 3,
           "the turn's three calls")  # fmt: skip
@@ -227,6 +230,9 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
     ]  # fmt: skip
     reads_end = max(float(bars[c].get_attribute("data-released")) for c in ("b-r1", "b-r2"))
     assert float(bars["b-w"].get_attribute("data-granted")) >= reads_end
+    tools = script("return [...document.querySelectorAll('#workers td.tools')]"
+                   ".map(td => td.title.split(', ').length)")  # fmt: skip
+    assert tools == [13, 13]  # the nine built-in tools and the test tools, on each worker
     # The same page all along, updated by its stream.
     assert script("return window.toolpoolPageLoad") == loaded
     assert int(script("return document.getElementById('status').dataset.updates")) > updates

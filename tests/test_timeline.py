@@ -94,6 +94,15 @@ def test_the_timeline_of_parallel_reads_then_a_write(
     assert [line.attrib["data-batch"] for line in boundaries] == ["1"]
     assert float(boundaries[0].attrib["x1"]) == _span(write, "wait")[0]
 
+    # The same drawn as PNG (cairosvg, on the system's libcairo), at twice the SVG's size.
+    png = tmp_path / "turn.png"
+    drawn = CliRunner().invoke(main, ["timeline", turn_id, "-o", str(png),
+                                      "--redis", str(settings.redis_url)])  # fmt: skip
+    assert drawn.exit_code == 0, drawn.output
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    assert int.from_bytes(header[16:20], "big") == 2 * int(root.attrib["width"])
+
 
 def test_geometry_and_event_times_agree() -> None:
     # Hand-made events: bars are placed by their times, waits drawn before the run.
@@ -129,9 +138,9 @@ def test_a_turn_without_events_is_a_clear_error(redis_url: str) -> None:
     assert "No events of turn 'no-such-turn'" in result.output
 
 
-def test_only_svg_is_drawn(redis_url: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["timeline", "t", "-o", str(tmp_path / "t.png"),
+def test_a_picture_is_svg_or_png(redis_url: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["timeline", "t", "-o", str(tmp_path / "t.jpg"),
                                        "--redis", redis_url])  # fmt: skip
 
     assert result.exit_code == 2
-    assert "only SVG is drawn" in result.output
+    assert "t.jpg: name it *.svg or *.png" in result.output

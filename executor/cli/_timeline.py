@@ -15,18 +15,20 @@ from executor.wire import Keys, TurnPlan, read_events
 @click.command("timeline")
 @click.argument("turn_id")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the SVG here (default: standard output).")  # fmt: skip
+              help="Write it here, SVG or PNG by the name's suffix (default: SVG on standard "
+                   "output).")  # fmt: skip
 @connection_options
 def timeline_command(
     turn_id: str, output: Path | None, redis_url: str | None, prefix: str | None
 ) -> None:
-    """Draw TURN_ID's timeline as SVG: a lane per worker, a bar per call split into its wait
-    for the lock and its run (shared and exclusive in two colours), the batches marked.
+    """Draw TURN_ID's timeline as SVG (or PNG, for -o *.png): a lane per worker, a bar per
+    call split into its wait for the lock and its run (shared and exclusive in two colours),
+    the batches marked.
 
     Read from the events Redis keeps (the newest TOOLPOOL_EVENTS_MAXLEN, 10,000 by default).
     """
-    if output is not None and output.suffix.lower() != ".svg":
-        raise click.BadParameter(f"{output.name}: only SVG is drawn; name it *.svg",
+    if output is not None and output.suffix.lower() not in (".svg", ".png"):
+        raise click.BadParameter(f"{output.name}: name it *.svg or *.png",
                                  param_hint="--output")  # fmt: skip
     settings = settings_for(redis_url, prefix)
     client = redis.Redis.from_url(require_redis(settings), socket_timeout=10.0)
@@ -50,5 +52,21 @@ def timeline_command(
     if output is None:
         click.echo(svg)
         return
-    output.write_text(svg + "\n", encoding="utf-8")
+    if output.suffix.lower() == ".png":
+        output.write_bytes(_png(svg))
+    else:
+        output.write_text(svg + "\n", encoding="utf-8")
     click.echo(f"{output}: {len(bars)} calls", err=True)
+
+
+def _png(svg: str) -> bytes:
+    """The SVG drawn at twice its size by cairosvg, on the system's cairo library."""
+    try:
+        import cairosvg  # type: ignore[import-untyped]
+    except (ImportError, OSError) as exc:  # OSError: the package is there, libcairo is not
+        raise click.ClickException(
+            "A PNG needs cairosvg and the cairo library: pip install 'toolpool[png]' (and "
+            f"libcairo2 from the system's packages), or write SVG. ({exc})"
+        ) from None
+    png: bytes = cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=2)
+    return png

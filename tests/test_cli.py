@@ -231,12 +231,13 @@ def test_time_limit_says_the_default_and_the_maximum(info: ToolInfo, shown: str)
     assert time_limit_text(info) == shown
 
 
-def test_the_cli_works_without_the_mcp_extra(tmp_path: Path) -> None:
+def test_the_cli_works_without_the_extras(tmp_path: Path) -> None:
     # Found by a clean clone: the demo's install has no MCP SDK, and `toolpool` itself failed
-    # to import. Here the SDK and anyio cannot be imported, as in that install.
+    # to import. Here no extra's package can be imported, as in that install.
     script = (
         "import sys\n"
-        "sys.modules['mcp'] = sys.modules['anyio'] = None\n"
+        "for name in ('mcp', 'anyio', 'starlette', 'uvicorn', 'prometheus_client', 'cairosvg'):\n"
+        "    sys.modules[name] = None\n"
         "from executor.cli import main\n"
         "main()\n"
     )
@@ -248,7 +249,9 @@ def test_the_cli_works_without_the_mcp_extra(tmp_path: Path) -> None:
 
     assert toolpool("--help").returncode == 0
     assert "demo" in toolpool("--help").stdout
-    refused = toolpool("mcp", "--redis", "redis://127.0.0.1:9/0")
-    assert refused.returncode == 1
-    assert "pip install 'toolpool[mcp]'" in refused.stderr
-    assert "Traceback" not in refused.stderr
+    # Each says what to install, before it looks for Redis (nothing listens on port 9).
+    for command, extra in (("mcp", "mcp"), ("dashboard", "dashboard"), ("metrics", "metrics")):
+        refused = toolpool(command, "--redis", "redis://127.0.0.1:9/0")
+        assert refused.returncode == 1, (command, refused.stderr)
+        assert f"pip install 'toolpool[{extra}]'" in refused.stderr
+        assert "Traceback" not in refused.stderr

@@ -30,13 +30,13 @@ def dashboard_command(
     pool's events as they happen. /metrics serves the pool's metrics for Prometheus.
     """
     settings = settings_for(redis_url, prefix)
-    url = require_redis(settings)
     try:
         import uvicorn
 
         from executor.dashboard import dashboard_app
     except ImportError:
         raise click.ClickException(_MISSING) from None
+    url = require_redis(settings)
     if host not in ("127.0.0.1", "localhost", "::1") and not token:
         click.echo(f"toolpool dashboard: WARNING: serving {host} without --token: anyone who can "
                    "reach it can read every call's arguments and results.", err=True)  # fmt: skip

@@ -28,13 +28,13 @@ def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | N
     starts: calls by tool and status, call duration and lock wait histograms, lost calls.
     """
     settings = settings_for(redis_url, prefix)
-    url = require_redis(settings)
     try:
         from prometheus_client import start_http_server
 
         from executor._metrics import pool_registry
     except ImportError:
         raise click.ClickException(_MISSING) from None
+    url = require_redis(settings)
     client = redis.Redis.from_url(url, socket_timeout=10.0)
     registry, counts = pool_registry(client, settings)
     stop = threading.Event()

@@ -36,10 +36,16 @@ RECENT_EVENTS = 500
 
 
 def snapshot(
-    client: redis.Redis, settings: Settings, *, session: str | None = None, recent: int = 10
+    client: redis.Redis,
+    settings: Settings,
+    *,
+    session: str | None = None,
+    recent: int = 10,
+    events: list[Event] | None = None,
 ) -> dict[str, Any]:
     """The pool as JSON-ready data; with ``session``, its host's queue and its lock scope
-    (``SessionError`` for a session that does not exist)."""
+    (``SessionError`` for a session that does not exist). ``events``: the newest events, for
+    a caller that follows the stream (else the newest ``RECENT_EVENTS`` are read)."""
     keys = Keys(settings.key_prefix)
     queue = call_queue(client, keys, settings.queue)
     scope = settings.scope
@@ -53,7 +59,8 @@ def snapshot(
         scope = session_scope(session)
         about = {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
                  "pending": info.pending, "cwd": info.cwd}  # fmt: skip
-    events = [item for _, item in read_events(client, keys, since=_recent_id(client, keys))]
+    if events is None:
+        events = [item for _, item in newest_events(client, keys)]
     return {
         **({"session": about} if about is not None else {}),
         "queue": {
@@ -137,6 +144,11 @@ def _failed(item: Event) -> bool:
     return item.event in FAILURES or (
         item.event == "tool_result" and item.data.get("status") == "error"
     )
+
+
+def newest_events(client: redis.Redis, keys: Keys) -> list[tuple[str, Event]]:
+    """The newest ``RECENT_EVENTS`` events with their stream ids, oldest first."""
+    return read_events(client, keys, since=_recent_id(client, keys))
 
 
 def _recent_id(client: redis.Redis, keys: Keys) -> str:

@@ -58,9 +58,13 @@ def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> 
             async with feed.viewer() as queue:
                 while True:
                     try:
-                        yield await asyncio.wait_for(queue.get(), _KEEPALIVE_S)
+                        pending = [await asyncio.wait_for(queue.get(), _KEEPALIVE_S)]
                     except asyncio.TimeoutError:
                         yield ": keep-alive\n\n"
+                        continue
+                    while not queue.empty():  # all it has: one write, however many
+                        pending.append(queue.get_nowait())
+                    yield "".join(pending)
 
         return StreamingResponse(messages(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})  # fmt: skip

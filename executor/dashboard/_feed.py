@@ -1,7 +1,8 @@
 """What every viewer of the dashboard is sent, read from Redis once for all of them.
 
-One thread follows the events stream; one task reads the pool's snapshot once a second. Each
-viewer has a queue of its own that both feed: a viewer that falls behind loses its oldest
+One thread follows the events stream, a read every ``GATHER_S`` at most while the pool is busy,
+each read's events sent on as one message; one task reads the pool's snapshot once a second.
+Each viewer has a queue of its own that both feed: a viewer that falls behind loses its oldest
 messages, never slows the pool or the other viewers. Redis' load is the same for one viewer
 as for a hundred.
 """
@@ -9,6 +10,7 @@ as for a hundred.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -18,9 +20,9 @@ from typing import Any
 
 import redis
 
-from executor._pool_state import sessions, snapshot
+from executor._pool_state import RECENT_EVENTS, newest_events, sessions, snapshot
 from executor._settings import Settings
-from executor.wire import Event, Keys, follow_events
+from executor.wire import Event, Keys, follow_event_batches
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 SNAPSHOT_S = 1.0
 # Messages a viewer may fall behind by before its oldest are dropped.
 VIEWER_BACKLOG = 1000
+# How long the events gather between reads: what the page may lag behind the pool.
+GATHER_S = 0.1
+# The most events one read of the stream returns (follow_event_batches).
+_READ_MAX = 100
 
 
 class Feed:
@@ -42,6 +48,9 @@ class Feed:
         self._stop = threading.Event()
         self._client = redis.Redis.from_url(url, socket_timeout=10.0)
         self.state: dict[str, Any] = {}
+        # The newest events, kept as they come: the snapshot's recent calls and failures are
+        # made from them, not read again each second.
+        self._recent: collections.deque[Event] = collections.deque(maxlen=RECENT_EVENTS)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Feed]:
@@ -95,7 +104,7 @@ class Feed:
             await asyncio.sleep(SNAPSHOT_S)
 
     def _snapshot(self) -> dict[str, Any]:
-        state = snapshot(self._client, self._settings, recent=100)
+        state = snapshot(self._client, self._settings, recent=100, events=list(self._recent))
         state["sessions"] = sessions(self._client, self._settings)
         state["viewers"] = self.viewers
         return state
@@ -106,14 +115,29 @@ class Feed:
         keys = Keys(self._settings.key_prefix)
         since = "$"
         try:
+            with contextlib.suppress(redis.RedisError):  # else the history starts empty
+                history = newest_events(client, keys)
+                self._recent.extend(event for _, event in history)
+                since = history[-1][0] if history else since  # no event missed in between
             while not self._stop.is_set():
                 try:
-                    following = follow_events(client, keys, since=since, block_ms=500,
-                                              stop=self._stop)  # fmt: skip
-                    for entry_id, event in following:
-                        since = entry_id
-                        self._on_event(event)
-                        self._deliver(_message("event", event.model_dump(mode="json")))
+                    batches = follow_event_batches(client, keys, since=since, block_ms=500,
+                                                   stop=self._stop)  # fmt: skip
+                    for batch in batches:
+                        since = batch[-1][0]
+                        for _, event in batch:
+                            self._on_event(event)
+                            self._recent.append(event)
+                        # A read's events as one message to each viewer: one wake-up of the
+                        # loop and one write per viewer, not one per event.
+                        self._deliver("".join(
+                            f"event: event\ndata: {event.model_dump_json()}\n\n"
+                            for _, event in batch
+                        ))  # fmt: skip
+                        if len(batch) < _READ_MAX:
+                            # Let the next events gather in Redis: a busy pool's events reach
+                            # the page in a few reads a second, not one read each.
+                            self._stop.wait(GATHER_S)
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     log.warning("toolpool dashboard: events unreadable, retrying: %s", exc)
                     self._stop.wait(1.0)

@@ -14,7 +14,14 @@ from executor.wire._catalog import (
     read_entries,
     withdraw_catalog,
 )
-from executor.wire._events import Event, EventLog, append_jsonl, follow_events, read_events
+from executor.wire._events import (
+    Event,
+    EventLog,
+    append_jsonl,
+    follow_event_batches,
+    follow_events,
+    read_events,
+)
 from executor.wire._jobs import (
     ENTRY_POINT,
     call_queue,
@@ -79,6 +86,7 @@ __all__ = [
     "enqueue_call",
     "enqueue_ready",
     "enqueue_session_op",
+    "follow_event_batches",
     "follow_events",
     "host_name",
     "invalid_arguments_text",

@@ -149,15 +149,30 @@ def follow_events(
 
     ``client`` must allow blocking reads longer than ``block_ms`` (socket_timeout=None).
     """
+    for batch in follow_event_batches(client, keys, since=since, block_ms=block_ms, stop=stop):
+        yield from batch
+
+
+def follow_event_batches(
+    client: redis.Redis,
+    keys: Keys,
+    *,
+    since: str = "$",
+    block_ms: int = 1000,
+    stop: threading.Event | None = None,
+) -> Iterator[list[tuple[str, Event]]]:
+    """``follow_events``, a read's worth at a time (up to 100 events), for a reader that
+    hands them on in bulk."""
     last = since
     while stop is None or not stop.is_set():
         reply: list[tuple[Any, list[tuple[Any, dict[Any, Any]]]]] = client.xread(  # type: ignore[assignment]
             {keys.events: last}, block=block_ms, count=100
         )
         for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                last = _decode(entry_id)
-                yield last, _parse(fields)
+            batch = [(_decode(entry_id), _parse(fields)) for entry_id, fields in entries]
+            if batch:
+                last = batch[-1][0]
+                yield batch
 
 
 def append_jsonl(path: Path, events: list[Event]) -> None:

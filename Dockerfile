@@ -16,8 +16,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY executor ./executor
 COPY workers ./workers
-# hiredis: redis-py's C parser, a call's round trip about a third faster.
-RUN pip install ".[hiredis]" && rm -rf /src
+# hiredis: redis-py's C parser, a call's round trip about a third faster. dashboard: the web
+# page's server (the compose file's dashboard service runs this image too).
+RUN pip install ".[hiredis,dashboard]" && rm -rf /src
 
 # Tools run as an unprivileged user, and only /workspace and /sessions are theirs to write.
 RUN useradd --create-home --uid 10001 toolpool \

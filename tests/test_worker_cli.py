@@ -7,12 +7,14 @@ same environment, pointed at our own redis-server and a temp workspace.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,8 @@ from click.testing import CliRunner
 from executor import Settings, ToolStatus
 from executor.client import Executor, Sessions
 from executor.wire import read_events
-from tests.support.ports import free_port_url
+from tests.support.ports import free_port, free_port_url
+from tests.support.procs import MakeWorkers
 from tests.support.sandbox import require_sandbox
 from tests.support.waiting import gone, wait_for
 from workers.cli import _worker
@@ -185,6 +188,45 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     assert "toolpool worker: stopped" in output
     assert all(gone(pid) for pid in workers.values())
     assert "toolpool worker: bash sandbox: " in started
+
+
+@pytest.mark.proof  # the dashboard as a service, beside a worker
+def test_dashboard_service_command_serves_the_page(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> None:
+    spec = compose()
+    service = spec["services"]["dashboard"]
+    assert service["image"] == spec["services"]["worker"]["image"]
+    assert [p.split(":")[0] for p in service["ports"]] == ["127.0.0.1"]  # loopback only
+    assert service["command"][:3] == ["dashboard", "--host", "0.0.0.0"]
+    make_workers(Settings(redis_url=redis_url, workspace=tmp_path)).start(1)
+    port = free_port()
+    command = [*service["command"][:-1], str(port)]  # its --port, here a free one
+    env = {name: interpolate(str(value)) for name, value in service["environment"].items()}
+    env.update(TOOLPOOL_REDIS_URL=redis_url)
+    process = subprocess.Popen(
+        [*TOOLPOOL, *command], env=clean_env(**env), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}/api/state"
+
+    def workers_shown() -> int:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return len(json.loads(answer.read()).get("workers", []))
+        except OSError:
+            return 0
+
+    try:
+        wait_for(lambda: workers_shown() == 1 or process.poll() is not None,
+                 "the dashboard to show the worker")  # fmt: skip
+        assert process.poll() is None
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        output = end(process)
+    assert "toolpool dashboard: serving on" in output
+    assert "toolpool dashboard: stopped" in output
 
 
 # -- bash's sandbox at start ---------------------------------------------------------------------

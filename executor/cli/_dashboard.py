@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 
 import click
 
@@ -44,6 +45,9 @@ def dashboard_command(
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     click.echo(f"toolpool dashboard: serving on http://{host}:{port}/")
+    # uvicorn stops on SIGTERM, then raises it again under the handler it found there: this
+    # one, so that the command ends as on Ctrl-C, saying it stopped (exit 0; a container's stop).
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()
     click.echo("toolpool dashboard: stopped")

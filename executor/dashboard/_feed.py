@@ -23,6 +23,7 @@ import redis
 from executor._pool_state import RECENT_EVENTS, newest_events, sessions, snapshot
 from executor._settings import Settings
 from executor.wire import Event, Keys, follow_event_batches
+from executor.wire._events import READ_COUNT
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,6 @@ SNAPSHOT_S = 1.0
 VIEWER_BACKLOG = 1000
 # How long the events gather between reads: what the page may lag behind the pool.
 GATHER_S = 0.1
-# The most events one read of the stream returns (follow_event_batches).
-_READ_MAX = 100
 
 
 class Feed:
@@ -134,7 +133,7 @@ class Feed:
                             f"event: event\ndata: {event.model_dump_json()}\n\n"
                             for _, event in batch
                         ))  # fmt: skip
-                        if len(batch) < _READ_MAX:
+                        if len(batch) < READ_COUNT:
                             # Let the next events gather in Redis: a busy pool's events reach
                             # the page in a few reads a second, not one read each.
                             self._stop.wait(GATHER_S)

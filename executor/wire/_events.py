@@ -126,6 +126,10 @@ class EventLog:
         return pending
 
 
+# The most events one read of a followed stream returns.
+READ_COUNT = 100
+
+
 def read_events(
     client: redis.Redis, keys: Keys, *, since: str = "-", count: int | None = None
 ) -> list[tuple[str, Event]]:
@@ -161,12 +165,12 @@ def follow_event_batches(
     block_ms: int = 1000,
     stop: threading.Event | None = None,
 ) -> Iterator[list[tuple[str, Event]]]:
-    """``follow_events``, a read's worth at a time (up to 100 events), for a reader that
-    hands them on in bulk."""
+    """``follow_events``, a read's worth at a time (up to ``READ_COUNT`` events), for a reader
+    that hands them on in bulk."""
     last = since
     while stop is None or not stop.is_set():
         reply: list[tuple[Any, list[tuple[Any, dict[Any, Any]]]]] = client.xread(  # type: ignore[assignment]
-            {keys.events: last}, block=block_ms, count=100
+            {keys.events: last}, block=block_ms, count=READ_COUNT
         )
         for _stream, entries in reply or []:
             batch = [(_decode(entry_id), _parse(fields)) for entry_id, fields in entries]

@@ -63,9 +63,9 @@ import redis
 
 from executor import Settings, ToolCall
 from executor.client import Executor
-from executor.wire import Keys, ToolStatus, read_catalog
+from executor.wire import Keys, ToolStatus
 from tests.support.bench.entry import at_least, run_bench
-from tests.support.bench.sides import BenchError, Pool
+from tests.support.bench.sides import BenchError, Pool, start_builtin_workers
 from tests.support.bench.viewers import HOST, Viewers, viewers
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
@@ -139,37 +139,6 @@ def dashboard(redis_url: str, log: Path) -> Iterator[tuple[int, int]]:
         yield port, process.pid
     finally:
         stop_process(process, _STOP_GRACE_S)
-
-
-# -- the workers ------------------------------------------------------------------------------
-
-
-def serve_builtin_tools(url: str, settings: Settings, name: str) -> None:
-    """A worker process serving the built-in tools (the target of a spawned process)."""
-    from workers import builtin_registry
-    from workers.pool._process import run_worker
-
-    try:
-        run_worker(url, settings, builtin_registry(), name=name)
-    except redis.ConnectionError:
-        # Ctrl-C stops our redis-server too: a goodbye to a gone Redis is no traceback.
-        sys.exit(0)
-
-
-def start_workers(pool: Pool, url: str, settings: Settings, count: int) -> None:
-    """Start ``count`` workers; return once all of them published their catalog."""
-    for index in range(count):
-        pool.start(serve_builtin_tools, url, settings, f"bench-dash-{os.getpid()}-{index}")
-    keys = Keys(settings.key_prefix)
-    client = redis.Redis.from_url(url, socket_timeout=10)
-    try:
-        pool.wait_until(
-            lambda: read_catalog(client, keys, keys.queue_name(settings.queue)).workers >= count,
-            "serving",
-            _START_PATIENCE_S,
-        )
-    finally:
-        client.close()
 
 
 # -- the measuring ----------------------------------------------------------------------------
@@ -520,7 +489,7 @@ def run(args: argparse.Namespace) -> None:
         settings = Settings(redis_url=server.url, workspace=workspace, bash_sandbox="off")
         pool = Pool()
         stack.callback(pool.stop)
-        start_workers(pool, server.url, settings, args.workers)
+        start_builtin_workers(pool, server.url, settings, args.workers, "dash")
         print(f"pool: redis-server (pid {server.pid}, unix socket), {args.workers} worker "
               f"processes (pids {', '.join(str(p.pid) for p in pool.processes)}) serving the "
               f"built-in tools, bash sandbox off; workspace {workspace}, removed at the "

@@ -26,13 +26,14 @@ from rq.serializers import JSONSerializer
 
 from executor import Settings
 from executor.client import Executor
-from executor.wire import ToolStatus
+from executor.wire import Keys, ToolStatus, read_catalog
 from tests.support.bench.counting import paused
 from tests.support.bench.workers import (
     TRIVIAL,
     bench_registry,
     run_raw_worker,
     run_toolpool_worker,
+    serve_builtin_tools,
 )
 from workers._embedded_redis import RedisServer
 
@@ -292,3 +293,20 @@ def _raw_result(job: Any, deadline: float) -> bool:
                 result.type == Result.Type.SUCCESSFUL and result.return_value == {"ok": True}
             )
     return False
+
+
+def start_builtin_workers(pool: Pool, url: str, settings: Settings, count: int, tag: str) -> None:
+    """Start ``count`` workers serving the built-in tools (named ``bench-TAG-...``); return
+    once all of them published their catalog, which tools/list and ``Executor.submit`` read."""
+    for index in range(count):
+        pool.start(serve_builtin_tools, url, settings, f"bench-{tag}-{os.getpid()}-{index}")
+    keys = Keys(settings.key_prefix)
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    try:
+        pool.wait_until(
+            lambda: read_catalog(client, keys, keys.queue_name(settings.queue)).workers >= count,
+            "serving",
+            _START_PATIENCE_S,
+        )
+    finally:
+        client.close()

@@ -88,3 +88,15 @@ def _quiet_when_redis_is_gone() -> Iterator[None]:
         yield
     except redis.ConnectionError:
         sys.exit(0)
+
+
+def serve_builtin_tools(url: str, settings: Settings, name: str) -> None:
+    """A worker process serving the built-in tools (the target of a spawned process)."""
+    from workers import builtin_registry
+    from workers.pool._process import run_worker
+
+    try:
+        run_worker(url, settings, builtin_registry(), name=name)
+    except redis.ConnectionError:
+        # Ctrl-C stops our redis-server too: a goodbye to a gone Redis is no traceback.
+        sys.exit(0)

@@ -67,18 +67,36 @@ class ScriptedModel(BaseHTTPRequestHandler):
             return
         messages = request["messages"]
         if messages[-1]["role"] == "user":
-            message = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"call_{i}", "type": "function",
-                 "function": {"name": name, "arguments": json.dumps(args)}}
-                for i, (name, args) in enumerate(FIRST_CALLS)]}  # fmt: skip
+            message = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(args)},
+                    }
+                    for i, (name, args) in enumerate(FIRST_CALLS)
+                ],
+            }
         else:
             message = {"role": "assistant", "content": _answer(messages)}
-        self._send(200, {
-            "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0,
-            "model": "scripted",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if "tool_calls" in message else "stop"}],
-        })  # fmt: skip
+        self._send(
+            200,
+            {
+                "id": "chatcmpl-scripted",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "scripted",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if "tool_calls" in message else "stop",
+                    }
+                ],
+            },
+        )
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -100,8 +118,7 @@ def _answer(messages: list[dict[str, Any]]) -> str:
     named = re.search(r'^\s*(?:\d+\s*[|:\t]\s*)?name\s*=\s*"([^"]+)"', pyproject, re.MULTILINE)
     name = named.group(1) if named else "an unnamed project"
     where = found.splitlines()[0].split(":", 1)[0] if found.strip() else "nowhere"
-    return (f"This is {name}: the folder has {entries} entries, and its demo starts in "
-            f"{where}.")  # fmt: skip
+    return f"This is {name}: the folder has {entries} entries, and its demo starts in {where}."
 
 
 @contextmanager

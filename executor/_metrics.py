@@ -29,10 +29,25 @@ from executor.wire import Event, Keys, call_queue, follow_events, read_catalog
 log = logging.getLogger(__name__)
 
 # Seconds: tool calls run from a millisecond (a read) to minutes (a build under bash).
-_DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-                     30, 60, 300)  # fmt: skip
-_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
-                 30)  # fmt: skip
+_DURATION_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    300,
+)
+_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class PoolCollector(Collector):
@@ -46,8 +61,9 @@ class PoolCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         queue = call_queue(self._client, self._keys, self._settings.queue)
         labels = [queue.name]
-        jobs = GaugeMetricFamily("toolpool_queue_jobs", "Jobs of the queue, by state.",
-                                 labels=["queue", "state"])  # fmt: skip
+        jobs = GaugeMetricFamily(
+            "toolpool_queue_jobs", "Jobs of the queue, by state.", labels=["queue", "state"]
+        )
         for state, count in (
             ("queued", queue.count),
             ("deferred", DeferredJobRegistry(queue=queue).count),
@@ -57,8 +73,9 @@ class PoolCollector(Collector):
             jobs.add_metric([*labels, state], count)
         yield jobs
         catalog = read_catalog(self._client, self._keys, queue.name)
-        workers = GaugeMetricFamily("toolpool_workers", "Live workers serving the queue.",
-                                    labels=["queue"])  # fmt: skip
+        workers = GaugeMetricFamily(
+            "toolpool_workers", "Live workers serving the queue.", labels=["queue"]
+        )
         workers.add_metric(labels, catalog.workers)
         yield workers
         yield from self._lock()
@@ -67,28 +84,40 @@ class PoolCollector(Collector):
         status = RWLock(self._client, self._settings.scope, keys=self._keys).status()
         scope = [status.scope]
         counters = status.counters
-        grants = CounterMetricFamily("toolpool_lock_grants", "Lock grants, by mode.",
-                                     labels=["scope", "mode"])  # fmt: skip
+        grants = CounterMetricFamily(
+            "toolpool_lock_grants", "Lock grants, by mode.", labels=["scope", "mode"]
+        )
         grants.add_metric([*scope, "shared"], counters.grants_shared)
         grants.add_metric([*scope, "exclusive"], counters.grants_exclusive)
         yield grants
         for name, value, text in (
-            ("toolpool_lock_expired_holders", counters.expired_holders,
-             "Holders whose lease expired (their worker stopped renewing it)."),
-            ("toolpool_lock_expired_waiters", counters.expired_waiters,
-             "Waiters dropped from the queue when their wait expired."),
-            ("toolpool_lock_lost_leases", counters.lost_leases,
-             "Leases found lost by their holder (it stopped its call)."),
-        ):  # fmt: skip
+            (
+                "toolpool_lock_expired_holders",
+                counters.expired_holders,
+                "Holders whose lease expired (their worker stopped renewing it).",
+            ),
+            (
+                "toolpool_lock_expired_waiters",
+                counters.expired_waiters,
+                "Waiters dropped from the queue when their wait expired.",
+            ),
+            (
+                "toolpool_lock_lost_leases",
+                counters.lost_leases,
+                "Leases found lost by their holder (it stopped its call).",
+            ),
+        ):
             family = CounterMetricFamily(name, text, labels=["scope"])
             family.add_metric(scope, value)
             yield family
-        holders = GaugeMetricFamily("toolpool_lock_holders", "Holders of the lock now.",
-                                    labels=["scope"])  # fmt: skip
+        holders = GaugeMetricFamily(
+            "toolpool_lock_holders", "Holders of the lock now.", labels=["scope"]
+        )
         holders.add_metric(scope, len(status.holders))
         yield holders
-        waiters = GaugeMetricFamily("toolpool_lock_waiters", "Waiters queued for the lock now.",
-                                    labels=["scope"])  # fmt: skip
+        waiters = GaugeMetricFamily(
+            "toolpool_lock_waiters", "Waiters queued for the lock now.", labels=["scope"]
+        )
         waiters.add_metric(scope, len(status.queue))
         yield waiters
 
@@ -97,17 +126,32 @@ class EventCounts:
     """Counters and histograms fed from the events stream by a thread of their own."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.calls = Counter("toolpool_calls", "Tool calls that ended, by tool and status.",
-                             ["tool", "status"], registry=registry)  # fmt: skip
-        self.duration = Histogram("toolpool_call_duration_seconds",
-                                  "How long tool calls ran on a worker.", ["tool"],
-                                  buckets=_DURATION_BUCKETS, registry=registry)  # fmt: skip
-        self.lock_wait = Histogram("toolpool_lock_wait_seconds",
-                                   "How long calls waited for the lock, by mode.", ["mode"],
-                                   buckets=_WAIT_BUCKETS, registry=registry)  # fmt: skip
-        self.lost = Counter("toolpool_calls_lost",
-                            "Calls whose worker died before it stored a result.", ["tool"],
-                            registry=registry)  # fmt: skip
+        self.calls = Counter(
+            "toolpool_calls",
+            "Tool calls that ended, by tool and status.",
+            ["tool", "status"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "toolpool_call_duration_seconds",
+            "How long tool calls ran on a worker.",
+            ["tool"],
+            buckets=_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.lock_wait = Histogram(
+            "toolpool_lock_wait_seconds",
+            "How long calls waited for the lock, by mode.",
+            ["mode"],
+            buckets=_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self.lost = Counter(
+            "toolpool_calls_lost",
+            "Calls whose worker died before it stored a result.",
+            ["tool"],
+            registry=registry,
+        )
         self.seen = 0  # events counted, for a reader to wait on
 
     def count(self, event: Event) -> None:
@@ -128,8 +172,9 @@ class EventCounts:
         since = "$"
         while not stop.is_set():
             try:
-                for entry_id, event in follow_events(client, keys, since=since, block_ms=500,
-                                                     stop=stop):  # fmt: skip
+                for entry_id, event in follow_events(
+                    client, keys, since=since, block_ms=500, stop=stop
+                ):
                     since = entry_id
                     self.count(event)
             except (redis.ConnectionError, redis.TimeoutError) as exc:

@@ -57,8 +57,14 @@ def snapshot(
             raise SessionError(f"No session {session!r} (never created, deleted, or expired).")
         queue = named_queue(client, keys.host_queue_name(settings.queue, info.host))
         scope = session_scope(session)
-        about = {"name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
-                 "pending": info.pending, "cwd": info.cwd}  # fmt: skip
+        about = {
+            "name": info.name,
+            "host": info.host,
+            "state": info.state,
+            "calls": info.calls,
+            "pending": info.pending,
+            "cwd": info.cwd,
+        }
     if events is None:
         events = [item for _, item in newest_events(client, keys)]
     return {
@@ -87,12 +93,18 @@ def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
     found = []
     for info in store.read_many(store.names()):
         lock = RWLock(client, session_scope(info.name), keys=keys).status()
-        found.append({
-            "name": info.name, "host": info.host, "state": info.state, "calls": info.calls,
-            "pending": info.pending, "idle_s": round(info.idle_s, 1),
-            "holders": [f"{h.mode} {h.owner.tool} ({h.owner.call_id})" for h in lock.holders],
-            "waiters": [f"{w.mode} {w.owner.tool} ({w.owner.call_id})" for w in lock.queue],
-        })  # fmt: skip
+        found.append(
+            {
+                "name": info.name,
+                "host": info.host,
+                "state": info.state,
+                "calls": info.calls,
+                "pending": info.pending,
+                "idle_s": round(info.idle_s, 1),
+                "holders": [f"{h.mode} {h.owner.tool} ({h.owner.call_id})" for h in lock.holders],
+                "waiters": [f"{w.mode} {w.owner.tool} ({w.owner.call_id})" for w in lock.queue],
+            }
+        )
     return found
 
 
@@ -105,13 +117,20 @@ def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
         if item.event == "lock_acquired":
             waits[item.call_id] = float(item.data.get("waited_ms", 0.0))
         elif item.event == "tool_result":
-            calls.append({
-                "call_id": item.call_id, "turn_id": item.turn_id, "tool": item.tool,
-                "status": item.data.get("status"), "error_type": item.data.get("error_type"),
-                "duration_ms": item.data.get("duration_ms"),
-                "lock_wait_ms": waits.get(item.call_id), "truncated": item.data.get("truncated"),
-                "worker": item.worker, "ts": item.ts,
-            })  # fmt: skip
+            calls.append(
+                {
+                    "call_id": item.call_id,
+                    "turn_id": item.turn_id,
+                    "tool": item.tool,
+                    "status": item.data.get("status"),
+                    "error_type": item.data.get("error_type"),
+                    "duration_ms": item.data.get("duration_ms"),
+                    "lock_wait_ms": waits.get(item.call_id),
+                    "truncated": item.data.get("truncated"),
+                    "worker": item.worker,
+                    "ts": item.ts,
+                }
+            )
     return calls
 
 
@@ -129,14 +148,19 @@ def _workers(
         raw = client.get(keys.worker_current(worker.name))
         current = CallJob.model_validate_json(raw) if raw else None
         beat = worker.last_heartbeat
-        found.append({
-            "name": worker.name, "host": worker.hostname, "pid": worker.pid,
-            "queues": worker.queue_names(), "state": str(worker.get_state()),
-            "call_id": current.call.id if current else None,
-            "tool": current.call.name if current else None,
-            "last_heartbeat": beat.timestamp() if beat is not None else None,
-            "tools": served.get(worker.name, []),
-        })  # fmt: skip
+        found.append(
+            {
+                "name": worker.name,
+                "host": worker.hostname,
+                "pid": worker.pid,
+                "queues": worker.queue_names(),
+                "state": str(worker.get_state()),
+                "call_id": current.call.id if current else None,
+                "tool": current.call.name if current else None,
+                "last_heartbeat": beat.timestamp() if beat is not None else None,
+                "tools": served.get(worker.name, []),
+            }
+        )
     return found
 
 

@@ -115,8 +115,13 @@ class Settings:
                 f"bash_sandbox must be one of {', '.join(BASH_SANDBOX_MODES)}, got "
                 f"{self.bash_sandbox!r}"
             )
-        for name in ("bash_cpu_seconds", "bash_memory_mb", "bash_max_processes",
-                     "bash_file_size_mb", "bash_tmp_mb"):  # fmt: skip
+        for name in (
+            "bash_cpu_seconds",
+            "bash_memory_mb",
+            "bash_max_processes",
+            "bash_file_size_mb",
+            "bash_tmp_mb",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"{name} must be 0 (no limit) or more, got {getattr(self, name)}"
@@ -176,8 +181,16 @@ def _parse(name: str, raw: str, kind: str) -> Any:
 
 
 def _boolean(raw: str) -> bool:
-    words = {"1": True, "true": True, "yes": True, "on": True,
-             "0": False, "false": False, "no": False, "off": False}  # fmt: skip
+    words = {
+        "1": True,
+        "true": True,
+        "yes": True,
+        "on": True,
+        "0": False,
+        "false": False,
+        "no": False,
+        "off": False,
+    }
     try:
         return words[raw.strip().lower()]
     except KeyError:

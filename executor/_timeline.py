@@ -63,18 +63,27 @@ def turn_bars(events: Iterable[Event], turn_id: str, plan: TurnPlan | None = Non
     for call_id, event in granted.items():
         waited = float(event.data.get("waited_ms", 0.0)) / 1000
         end = released.get(call_id, last_seen[call_id])
-        bars.append(Bar(call_id=call_id, tool=event.tool, worker=event.worker or "?",
-                        mode=str(event.data.get("mode", "")), batch=batch_of.get(call_id),
-                        asked=event.ts - waited, granted=event.ts,
-                        released=max(end, event.ts)))  # fmt: skip
+        bars.append(
+            Bar(
+                call_id=call_id,
+                tool=event.tool,
+                worker=event.worker or "?",
+                mode=str(event.data.get("mode", "")),
+                batch=batch_of.get(call_id),
+                asked=event.ts - waited,
+                granted=event.ts,
+                released=max(end, event.ts),
+            )
+        )
     return sorted(bars, key=lambda bar: (bar.granted, bar.call_id))
 
 
 def _batches(plan: TurnPlan | None) -> dict[str, int]:
     if plan is None:
         return {}
-    return {plan.call_ids[index]: number for number, batch in enumerate(plan.batches)
-            for index in batch}  # fmt: skip
+    return {
+        plan.call_ids[index]: number for number, batch in enumerate(plan.batches) for index in batch
+    }
 
 
 def render_svg(bars: list[Bar], title: str) -> str:
@@ -123,13 +132,18 @@ def _bar(bar: Bar, lane: int, x: Callable[[float], float]) -> str:
     tip += f"ran {ran_ms:.1f} ms"
     run_width = round(max(1.0, x(bar.released) - x(bar.granted)), 2)
     label = bar.tool if run_width > 7 * len(bar.tool) else ""
-    attributes = " ".join([
-        f"data-call-id={quoteattr(bar.call_id)}", f"data-tool={quoteattr(bar.tool)}",
-        f"data-worker={quoteattr(bar.worker)}", f"data-mode={quoteattr(bar.mode)}",
-        f'data-batch="{"" if bar.batch is None else bar.batch}"',
-        f'data-asked="{bar.asked:.6f}"', f'data-granted="{bar.granted:.6f}"',
-        f'data-released="{bar.released:.6f}"',
-    ])  # fmt: skip
+    attributes = " ".join(
+        [
+            f"data-call-id={quoteattr(bar.call_id)}",
+            f"data-tool={quoteattr(bar.tool)}",
+            f"data-worker={quoteattr(bar.worker)}",
+            f"data-mode={quoteattr(bar.mode)}",
+            f'data-batch="{"" if bar.batch is None else bar.batch}"',
+            f'data-asked="{bar.asked:.6f}"',
+            f'data-granted="{bar.granted:.6f}"',
+            f'data-released="{bar.released:.6f}"',
+        ]
+    )
     wait_width = round(x(bar.granted) - x(bar.asked), 2)
     return (
         f'<g class="call" {attributes}><title>{escape(tip)}</title>'
@@ -148,9 +162,11 @@ def _axis(span: float, height: int, left: float, scale: float) -> list[str]:
     t = 0.0
     while t <= span + 1e-9:
         at = round(left + t * scale, 2)
-        ticks.append(f'<line x1="{at}" y1="{_TOP - 6}" x2="{at}" y2="{height - 40}" '
-                     f'stroke="#e2e2e2"/><text x="{at}" y="{_TOP - 10}" text-anchor="middle" '
-                     f'fill="#555">{t * 1000:.0f} ms</text>')  # fmt: skip
+        ticks.append(
+            f'<line x1="{at}" y1="{_TOP - 6}" x2="{at}" y2="{height - 40}" '
+            f'stroke="#e2e2e2"/><text x="{at}" y="{_TOP - 10}" text-anchor="middle" '
+            f'fill="#555">{t * 1000:.0f} ms</text>'
+        )
         t += step
     return ticks
 
@@ -176,23 +192,30 @@ def _batch_marks(bars: list[Bar], height: int, x: Callable[[float], float]) -> l
         if number == 0:
             continue
         at = x(starts[number])
-        marks.append(f'<line class="batch-boundary" data-batch="{number}" x1="{at}" '
-                     f'y1="{_TOP - 4}" x2="{at}" y2="{height - 40}" stroke="#444" '
-                     f'stroke-dasharray="4 3"/>'
-                     f'<text x="{at + 3}" y="{height - 42}" fill="#444" font-size="10" '
-                     f'text-anchor="{"end" if at > _WIDTH - 80 else "start"}" '
-                     f'dx="{-6 if at > _WIDTH - 80 else 0}">batch {number + 1}</text>')  # fmt: skip
+        marks.append(
+            f'<line class="batch-boundary" data-batch="{number}" x1="{at}" '
+            f'y1="{_TOP - 4}" x2="{at}" y2="{height - 40}" stroke="#444" '
+            f'stroke-dasharray="4 3"/>'
+            f'<text x="{at + 3}" y="{height - 42}" fill="#444" font-size="10" '
+            f'text-anchor="{"end" if at > _WIDTH - 80 else "start"}" '
+            f'dx="{-6 if at > _WIDTH - 80 else 0}">batch {number + 1}</text>'
+        )
     return marks
 
 
 def _legend(height: int) -> list[str]:
     y = height - 22
-    items = [("wait", "waiting for the lock"), ("shared", "shared (runs with other reads)"),
-             ("exclusive", "exclusive (runs alone)")]  # fmt: skip
+    items = [
+        ("wait", "waiting for the lock"),
+        ("shared", "shared (runs with other reads)"),
+        ("exclusive", "exclusive (runs alone)"),
+    ]
     parts, at = [], 10
     for key, label in items:
-        parts.append(f'<rect x="{at}" y="{y}" width="14" height="12" fill="{_COLOURS[key]}"/>'
-                     f'<text x="{at + 19}" y="{y + 10}">{escape(label)}</text>')  # fmt: skip
+        parts.append(
+            f'<rect x="{at}" y="{y}" width="14" height="12" fill="{_COLOURS[key]}"/>'
+            f'<text x="{at + 19}" y="{y + 10}">{escape(label)}</text>'
+        )
         at += 40 + 7 * len(label)
     return parts
 

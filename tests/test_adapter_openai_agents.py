@@ -72,8 +72,7 @@ def test_a_response_s_calls_run_as_one_turn_and_reach_the_model(
     model = ScriptedModel(
         [
             [
-                function_call("write_file", {"path": "a.txt", "content": "alpha\n"},
-                              call_id="w-a"),
+                function_call("write_file", {"path": "a.txt", "content": "alpha\n"}, call_id="w-a"),
                 function_call("read_file", {"path": "a.txt"}, call_id="r-a"),
                 function_call("read_file", {"path": "b.txt"}, call_id="r-b"),
                 function_call("read_file", {"path": "a.txt", "limit": 0}, call_id="r-bad"),
@@ -81,7 +80,7 @@ def test_a_response_s_calls_run_as_one_turn_and_reach_the_model(
             [function_call("read_file", {"path": "a.txt"}, call_id="r-again")],
             [assistant_message("done")],
         ]
-    )  # fmt: skip
+    )
 
     async def main() -> str:
         async with AsyncExecutor(settings=settings, wait_for_workers=PATIENCE_S) as ex:

@@ -93,8 +93,11 @@ def run_agent(settings: Settings, script: Script, **options: Any) -> str:
 def turns_by_call(client: redis.Redis, settings: Settings) -> dict[str, str]:
     """The pool turn each started call ran in, by the model's call id (the pool's id is it
     plus ``-`` and 12 hex digits)."""
-    started = [e for _, e in read_events(client, Keys(settings.key_prefix))
-               if e.event == "tool_execution_started"]  # fmt: skip
+    started = [
+        e
+        for _, e in read_events(client, Keys(settings.key_prefix))
+        if e.event == "tool_execution_started"
+    ]
     return {e.call_id.rsplit("-", 1)[0]: e.turn_id for e in started}
 
 
@@ -103,11 +106,13 @@ def test_one_response_is_one_turn_and_the_model_sees_each_return(
 ) -> None:
     make_workers(settings).start(2)
     script = Script(
-        [call("write_file", "w1", {"path": "a.txt", "content": "hello from the pool\n"}),
-         call("read_file", "r1", {"path": "a.txt"}),
-         call("read_file", "r2", {"path": "b.txt"})],
+        [
+            call("write_file", "w1", {"path": "a.txt", "content": "hello from the pool\n"}),
+            call("read_file", "r1", {"path": "a.txt"}),
+            call("read_file", "r2", {"path": "b.txt"}),
+        ],
         [call("read_file", "r3", {"path": "a.txt"})],
-    )  # fmt: skip
+    )
 
     assert run_agent(settings, script) == DONE
 
@@ -138,10 +143,12 @@ def test_bad_arguments_reach_the_model_and_the_run_goes_on(
 ) -> None:
     make_workers(settings).start(1)
     script = Script(
-        [call("read_file", "missing", {}),
-         call("read_file", "typed", {"path": "a.txt", "limit": "many"}),
-         call("read_file", "array", "[1, 2]")],
-    )  # fmt: skip
+        [
+            call("read_file", "missing", {}),
+            call("read_file", "typed", {"path": "a.txt", "limit": "many"}),
+            call("read_file", "array", "[1, 2]"),
+        ],
+    )
 
     assert run_agent(settings, script) == DONE
 

@@ -143,11 +143,14 @@ def test_calls_started_together_are_one_turn_in_the_order_started(pool: Settings
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            tasks = start_together(batcher, [
-                ("write_file", {"path": "new.txt", "content": "written\n"}, "w"),
-                ("read_file", {"path": "new.txt"}, "r"),
-                ("echo", {"text": "hello"}, "e"),
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("write_file", {"path": "new.txt", "content": "written\n"}, "w"),
+                    ("read_file", {"path": "new.txt"}, "r"),
+                    ("echo", {"text": "hello"}, "e"),
+                ],
+            )
             got.extend(await asyncio.gather(*tasks))
             turns.extend([call.name for call in turn] for turn in batcher.turns)
             assert [r.call_id for r in got] == [c.id for c in batcher.turns[0]]
@@ -174,9 +177,13 @@ def test_a_call_started_after_the_batch_was_sent_makes_a_new_turn(pool: Settings
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            first = start_together(batcher, [
-                ("slow_read", {"path": "a.txt"}, "slow"), ("echo", {"text": "one"}, "one"),
-            ])  # fmt: skip
+            first = start_together(
+                batcher,
+                [
+                    ("slow_read", {"path": "a.txt"}, "slow"),
+                    ("echo", {"text": "one"}, "one"),
+                ],
+            )
             while not batcher.turns:  # the first batch is on its way to the pool
                 await asyncio.sleep(0)
             later = start_together(batcher, [("echo", {"text": "two"}, "two")])
@@ -203,11 +210,14 @@ def test_json_text_arguments_work_and_unreadable_ones_are_an_error_result(
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            tasks = start_together(batcher, [
-                ("echo", '{"text": "from json"}', "json"),
-                ("echo", '{"text": "cut off', "broken"),
-                ("echo", {"text": "after"}, "after"),
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("echo", '{"text": "from json"}', "json"),
+                    ("echo", '{"text": "cut off', "broken"),
+                    ("echo", {"text": "after"}, "after"),
+                ],
+            )
             got.extend(await asyncio.gather(*tasks))
             assert len(batcher.turns) == 1
 
@@ -227,18 +237,24 @@ def test_two_calls_with_one_framework_id_both_run(pool: Settings) -> None:
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            tasks = start_together(batcher, [
-                ("echo", {"text": "first"}, "same"), ("echo", {"text": "second"}, "same"),
-                ("echo", {"text": "no id"}, None),
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("echo", {"text": "first"}, "same"),
+                    ("echo", {"text": "second"}, "same"),
+                    ("echo", {"text": "no id"}, None),
+                ],
+            )
             got.extend(await asyncio.gather(*tasks))
             assert len(batcher.turns) == 1
 
     run(main)
 
     assert [(r.status, r.content) for r in got] == [
-        (ToolStatus.OK, "first"), (ToolStatus.OK, "second"), (ToolStatus.OK, "no id"),
-    ]  # fmt: skip
+        (ToolStatus.OK, "first"),
+        (ToolStatus.OK, "second"),
+        (ToolStatus.OK, "no id"),
+    ]
     assert pool_id_of("same").fullmatch(got[0].call_id)
     assert pool_id_of("same").fullmatch(got[1].call_id)
     assert got[0].call_id != got[1].call_id
@@ -255,11 +271,17 @@ def test_cancelling_one_caller_leaves_the_others_result(pool: Settings, tmp_path
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            slow, echo = start_together(batcher, [
-                ("slow_read", {"path": "a.txt", "delay_ms": 1000, "started": str(started)},
-                 "slow"),
-                ("echo", {"text": "kept"}, "echo"),
-            ])  # fmt: skip
+            slow, echo = start_together(
+                batcher,
+                [
+                    (
+                        "slow_read",
+                        {"path": "a.txt", "delay_ms": 1000, "started": str(started)},
+                        "slow",
+                    ),
+                    ("echo", {"text": "kept"}, "echo"),
+                ],
+            )
             await until(started.exists, "the slow read to run on a worker")
             slow.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -283,10 +305,13 @@ def test_cancelling_every_caller_cancels_the_turn_on_the_pool(pool: Settings) ->
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
             # timeout: bash's own limit must not be what ends the sleep.
-            tasks = start_together(batcher, [
-                ("bash", {"command": f"sleep {marker}", "timeout": 600}, "sleep"),
-                ("echo", {"text": "never"}, "after"),
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("bash", {"command": f"sleep {marker}", "timeout": 600}, "sleep"),
+                    ("echo", {"text": "never"}, "after"),
+                ],
+            )
             await until(lambda: sleeping(marker), "the sleep to run on a worker")
             for task in tasks:
                 task.cancel()
@@ -315,10 +340,13 @@ def test_the_turn_is_cancelled_by_the_time_its_last_caller_is(pool: Settings) ->
     async def main() -> None:
         async with executor_for(pool) as ex:
             batcher = TurnBatcher(ex)
-            tasks = start_together(batcher, [
-                ("bash", {"command": f"sleep {marker}", "timeout": 600}, "sleep"),
-                ("echo", {"text": "never"}, "queued"),  # waits behind the bash: never starts
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("bash", {"command": f"sleep {marker}", "timeout": 600}, "sleep"),
+                    ("echo", {"text": "never"}, "queued"),  # waits behind the bash: never starts
+                ],
+            )
             await until(lambda: sleeping(marker), "the sleep to run on a worker")
             for task in tasks:
                 task.cancel()
@@ -374,14 +402,18 @@ def test_callers_cancelled_while_the_turn_is_submitted_cancel_it(pool: Settings)
         release.wait(PATIENCE_S)
 
     async def main() -> None:
-        async with AsyncExecutor(settings=pool, wait_for_workers=PATIENCE_S,
-                                 check=hold_submit) as ex:  # fmt: skip
+        async with AsyncExecutor(
+            settings=pool, wait_for_workers=PATIENCE_S, check=hold_submit
+        ) as ex:
             batcher = TurnBatcher(ex)
             # A short bash limit: left running, the turn is over soon all the same.
-            tasks = start_together(batcher, [
-                ("bash", {"command": f"sleep {sleep_marker()}", "timeout": 2}, "sleep"),
-                ("echo", {"text": "never"}, "queued"),  # waits behind the bash
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("bash", {"command": f"sleep {sleep_marker()}", "timeout": 2}, "sleep"),
+                    ("echo", {"text": "never"}, "queued"),  # waits behind the bash
+                ],
+            )
             await asyncio.to_thread(checking.wait, PATIENCE_S)
             for task in tasks:
                 task.cancel()
@@ -411,10 +443,14 @@ def test_an_unreachable_pool_is_every_callers_exception(tmp_path: Path) -> None:
     async def main() -> None:
         async with AsyncExecutor(settings=settings) as ex:
             batcher = TurnBatcher(ex)
-            tasks = start_together(batcher, [
-                ("echo", {"text": "a"}, "a"), ("read_file", {"path": "a.txt"}, "b"),
-                ("echo", {"text": "c"}, "c"),
-            ])  # fmt: skip
+            tasks = start_together(
+                batcher,
+                [
+                    ("echo", {"text": "a"}, "a"),
+                    ("read_file", {"path": "a.txt"}, "b"),
+                    ("echo", {"text": "c"}, "c"),
+                ],
+            )
             outcomes = await asyncio.wait_for(
                 asyncio.gather(*tasks, return_exceptions=True), PATIENCE_S
             )

@@ -64,17 +64,25 @@ def test_fifty_turns_from_one_loop_keep_it_responsive(
             stop = asyncio.Event()
             beating = asyncio.create_task(heartbeat(stop))
             turns = [
-                ex.run([{"id": f"t{i}-echo", "name": "echo", "arguments": {"text": str(i)}},
-                        {"id": f"t{i}-read", "name": "slow_read",
-                         "arguments": {"path": "a.txt", "delay_ms": DELAY_MS}}],
-                       timeout=PATIENCE_S * 4)
+                ex.run(
+                    [
+                        {"id": f"t{i}-echo", "name": "echo", "arguments": {"text": str(i)}},
+                        {
+                            "id": f"t{i}-read",
+                            "name": "slow_read",
+                            "arguments": {"path": "a.txt", "delay_ms": DELAY_MS},
+                        },
+                    ],
+                    timeout=PATIENCE_S * 4,
+                )
                 for i in range(TURNS)
-            ]  # fmt: skip
+            ]
             results = await asyncio.gather(*turns)
             stop.set()
             await beating
-        return [[f"{r.call_id}={r.status.value}:{r.content.strip()}" for r in turn]
-                for turn in results]  # fmt: skip
+        return [
+            [f"{r.call_id}={r.status.value}:{r.content.strip()}" for r in turn] for turn in results
+        ]
 
     started = time.monotonic()
     answers = asyncio.run(main())
@@ -82,9 +90,11 @@ def test_fifty_turns_from_one_loop_keep_it_responsive(
 
     assert answers == [[f"t{i}-echo=ok:{i}", f"t{i}-read=ok:alpha"] for i in range(TURNS)]
     worst, typical = max(lags), statistics.median(lags)
-    print(f"\n{TURNS} turns in {took:.1f} s; heartbeat every 10 ms: {len(lags)} beats, "
-          f"median lag {typical * 1000:.1f} ms, worst {worst * 1000:.1f} ms; "
-          f"at most {max(threads)} threads ({threads_before} before)")  # fmt: skip
+    print(
+        f"\n{TURNS} turns in {took:.1f} s; heartbeat every 10 ms: {len(lags)} beats, "
+        f"median lag {typical * 1000:.1f} ms, worst {worst * 1000:.1f} ms; "
+        f"at most {max(threads)} threads ({threads_before} before)"
+    )
     assert worst < LAG_BOUND_S, f"the loop was blocked for {worst:.2f} s"
     # The submit threads, and asyncio's default pool running the liveness checks: a thread
     # per waiting turn would be 50 more.

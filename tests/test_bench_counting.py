@@ -70,8 +70,10 @@ def test_the_python_parser_can_be_forced_for_new_connections(
     counted: redis.Redis, redis_url: str
 ) -> None:
     default = redis.connection.DefaultParser.__name__
-    for choice, expected in ((counting.PYTHON_PARSER, {"_RESP2Parser", "_RESP3Parser"}),
-                             (counting.DEFAULT_PARSER, {default, "_RESP3Parser"})):  # fmt: skip
+    for choice, expected in (
+        (counting.PYTHON_PARSER, {"_RESP2Parser", "_RESP3Parser"}),
+        (counting.DEFAULT_PARSER, {default, "_RESP3Parser"}),
+    ):
         counting.use_parser(choice)
         counting.parsers_seen(reset=True)
         fresh = redis.Redis.from_url(redis_url)

@@ -22,11 +22,13 @@ _TINY = ["--runs", "1", "--seconds", "2", "--rate", "20", "--viewers", "2", "--w
 
 
 def test_the_viewers_tally_counts_each_message_once_even_cut_between_reads() -> None:
-    stream = (b"event: state\ndata: {\"workers\": []}\n\n"
-              b"event: event\ndata: {\"event\": \"call_started\"}\n\n"
-              b": keep-alive\n\n"
-              b"event: event\ndata: {\"event\": \"call_finished\"}\n\n"
-              b"event: trouble\ndata: {\"error\": \"Redis: gone\"}\n\n")  # fmt: skip
+    stream = (
+        b'event: state\ndata: {"workers": []}\n\n'
+        b'event: event\ndata: {"event": "call_started"}\n\n'
+        b": keep-alive\n\n"
+        b'event: event\ndata: {"event": "call_finished"}\n\n'
+        b'event: trouble\ndata: {"error": "Redis: gone"}\n\n'
+    )
     for size in (1, 5, 12, 13, 14, len(stream)):
         tally = Tally()
         for first in range(0, len(stream), size):
@@ -43,8 +45,9 @@ def test_cpu_ticks_grow_with_the_cpu_a_process_uses() -> None:
     assert 0 < busy <= total
 
 
-def _sample(at: float, ticks: dict[str, int], tallies: list[tuple[int, int]],
-            events: int) -> bench.Sample:  # fmt: skip
+def _sample(
+    at: float, ticks: dict[str, int], tallies: list[tuple[int, int]], events: int
+) -> bench.Sample:
     return bench.Sample(at=at, ticks=ticks, machine=(0, 100), tallies=tallies, events=events)
 
 
@@ -83,8 +86,9 @@ def test_ratios_are_of_each_runs_windows_and_the_goal_needs_both_within_five_per
 def test_a_viewer_that_got_nothing_in_the_window_is_not_live() -> None:
     ticks = {"dashboard": 0, "viewers": 0}
     first = _sample(0.0, ticks, [(3, 50), (3, 50)], 1000)
-    live = bench.Window(bench.WITH, 1.0, 10, [1.0], first,
-                        _sample(1.0, ticks, [(4, 90), (4, 88)], 1040))  # fmt: skip
+    live = bench.Window(
+        bench.WITH, 1.0, 10, [1.0], first, _sample(1.0, ticks, [(4, 90), (4, 88)], 1040)
+    )
     bench.check_live(live)
     assert live.received() == [(1, 40), (1, 38)]
 
@@ -122,15 +126,22 @@ def test_a_tiny_run_reports_both_sides_with_live_viewers_and_stops_what_it_start
     assert "load average at start" in output
     assert re.search(r"^warm-up +[\d.]+ calls/s .*\nCPU, .*\(not counted\)$", output, re.MULTILINE)
     for side in (bench.WITHOUT, bench.WITH):
-        found = re.search(rf"^run 1/1  {side} +[\d.]+ calls/s +p50 +[\d.]+ ms +p90 +[\d.]+ ms\n"
-                          r" +CPU, % of one core: (.*); the machine [\d.]+ % busy", output,
-                          re.MULTILINE)  # fmt: skip
+        found = re.search(
+            rf"^run 1/1  {side} +[\d.]+ calls/s +p50 +[\d.]+ ms +p90 +[\d.]+ ms\n"
+            r" +CPU, % of one core: (.*); the machine [\d.]+ % busy",
+            output,
+            re.MULTILINE,
+        )
         assert found is not None, output
         groups = ["load (this process)", "redis", "workers"]
         groups += ["dashboard", "viewers"] if side == bench.WITH else []
         assert re.fullmatch(", ".join(rf"{re.escape(g)} [\d.]+" for g in groups), found[1])
-    watched = re.search(r"^ +viewers: each of 2 got (\d+)-\d+ state and (\d+)-\d+ event messages, "
-                        r"the pool wrote (\d+) events$", output, re.MULTILINE)  # fmt: skip
+    watched = re.search(
+        r"^ +viewers: each of 2 got (\d+)-\d+ state and (\d+)-\d+ event messages, "
+        r"the pool wrote (\d+) events$",
+        output,
+        re.MULTILINE,
+    )
     assert watched is not None, output
     # check_live held every viewer to an event in the window, the pool having written some.
     assert int(watched[2]) > 0
@@ -139,8 +150,12 @@ def test_a_tiny_run_reports_both_sides_with_live_viewers_and_stops_what_it_start
     for side in (bench.WITHOUT, bench.WITH, "with / without"):
         assert re.search(rf"^{side} +[\d.]+ / [\d.]+ / [\d.]+ ", output, re.MULTILINE), output
     assert "load average at end: " in output
-    assert re.search(r"^goal: the dashboard and its 2 viewers slow a pool running 20 calls/s .*: "
-                     r"(met|NOT met) \(", output, re.MULTILINE)  # fmt: skip
+    assert re.search(
+        r"^goal: the dashboard and its 2 viewers slow a pool running 20 calls/s .*: "
+        r"(met|NOT met) \(",
+        output,
+        re.MULTILINE,
+    )
     pids = _started(output)
     assert len(pids) == 4, output  # Redis, a worker, the dashboard, the viewers' process
     assert [pid for pid in pids if not gone(pid)] == []

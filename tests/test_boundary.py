@@ -38,8 +38,14 @@ _WITHOUT_WORKERS = textwrap.dedent(
 
 
 def test_the_orchestrator_side_imports_without_the_worker_side() -> None:
-    done = subprocess.run([sys.executable, "-c", _WITHOUT_WORKERS], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_WORKERS],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("imported")
 
@@ -53,8 +59,11 @@ def test_no_module_of_executor_names_workers_in_an_import() -> None:
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            offenders += [f"{path.relative_to(ROOT)}: {n}" for n in names
-                          if n == "workers" or n.startswith("workers.")]  # fmt: skip
+            offenders += [
+                f"{path.relative_to(ROOT)}: {n}"
+                for n in names
+                if n == "workers" or n.startswith("workers.")
+            ]
     assert offenders == []
 
 

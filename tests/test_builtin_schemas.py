@@ -123,19 +123,26 @@ def test_exports_carry_every_tool_in_each_format() -> None:
     assert all("input_schema" in t for t in anthropic)
     hints = {t["name"]: t["annotations"] for t in mcp}
     assert hints["read_file"] == {
-        "readOnlyHint": True, "destructiveHint": False, "idempotentHint": True
-    }  # fmt: skip
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": True,
+    }
     assert hints["bash"] == {
-        "readOnlyHint": False, "destructiveHint": True, "idempotentHint": False
-    }  # fmt: skip
+        "readOnlyHint": False,
+        "destructiveHint": True,
+        "idempotentHint": False,
+    }
     assert all("inputSchema" in t for t in mcp)
 
 
 @pytest.mark.parametrize(
     ("tool_name", "arguments"),
-    [("get_weather", {"town": "Berlin"}), ("write_file", {"path": "a"}),
-     ("grep", {"pattern": "x", "path": "a", "extra": 1})],
-)  # fmt: skip
+    [
+        ("get_weather", {"town": "Berlin"}),
+        ("write_file", {"path": "a"}),
+        ("grep", {"pattern": "x", "path": "a", "extra": 1}),
+    ],
+)
 def test_client_and_worker_word_missing_and_unexpected_arguments_alike(
     tool_name: str, arguments: dict[str, Any]
 ) -> None:

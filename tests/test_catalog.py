@@ -167,8 +167,10 @@ def test_a_stopped_pool_withdraws_its_catalog(settings: Settings, client: redis.
     try:
         pool.wait_ready()
         keys = Keys(settings.key_prefix)
-        wait_for(lambda: read_catalog(client, keys, "toolpool.default").workers == 1,
-                 "the worker's catalog")  # fmt: skip
+        wait_for(
+            lambda: read_catalog(client, keys, "toolpool.default").workers == 1,
+            "the worker's catalog",
+        )
     finally:
         pool.stop(grace=10.0)
     assert read_entries(client, Keys()) == []
@@ -203,8 +205,12 @@ def test_a_worker_stopped_while_starting_still_withdraws_its_catalog(
     env["TOOLPOOL_WORKSPACE"] = str(tmp_path)
     done = subprocess.run(
         [sys.executable, "-c", _STOPPED_WHILE_STARTING, str(settings.redis_url)],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
     assert done.returncode == 0, done.stderr
     assert "returned False" in done.stdout
@@ -213,8 +219,10 @@ def test_a_worker_stopped_while_starting_still_withdraws_its_catalog(
 
 
 def _entry(worker: str, names: list[str], *, queue: str = "toolpool.default") -> WorkerCatalog:
-    tools = [ToolInfo(name=n, description=f"{n} tool", parameters={"type": "object"},
-                      timeout=30.0) for n in names]  # fmt: skip
+    tools = [
+        ToolInfo(name=n, description=f"{n} tool", parameters={"type": "object"}, timeout=30.0)
+        for n in names
+    ]
     return WorkerCatalog.build(worker, queue, tools, host="h", pid=1)
 
 

@@ -31,8 +31,16 @@ def test_worker_side_commands_join_through_entry_points() -> None:
 
 
 def test_user_tools_are_added_by_import_string(tmp_path: Path) -> None:
-    args = ["exec", "shout", "--args", '{"text": "hi"}', "--workspace", str(tmp_path),
-            "--tools", "tests.support.sample_tools:registry"]  # fmt: skip
+    args = [
+        "exec",
+        "shout",
+        "--args",
+        '{"text": "hi"}',
+        "--workspace",
+        str(tmp_path),
+        "--tools",
+        "tests.support.sample_tools:registry",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["content"] == "HI"
@@ -47,19 +55,28 @@ def test_bad_registry_is_a_clean_error(tmp_path: Path) -> None:
 
 def test_exec_prints_the_result(tmp_path: Path) -> None:
     (tmp_path / "hello.txt").write_text("hello\nworld\n")
-    args = ["exec", "read_file", "--args", '{"path": "hello.txt"}',
-            "--workspace", str(tmp_path), "--id", "c-7"]  # fmt: skip
+    args = [
+        "exec",
+        "read_file",
+        "--args",
+        '{"path": "hello.txt"}',
+        "--workspace",
+        str(tmp_path),
+        "--id",
+        "c-7",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     payload = json.loads(result.output)
     assert (payload["call_id"], payload["status"], payload["content"]) == (
-        "c-7", "ok", "hello\nworld\n"
-    )  # fmt: skip
+        "c-7",
+        "ok",
+        "hello\nworld\n",
+    )
 
 
 def test_call_failure_exits_one_with_the_error_result(tmp_path: Path) -> None:
-    args = ["exec", "read_file", "--args", '{"path": "missing.txt"}',
-            "--workspace", str(tmp_path)]  # fmt: skip
+    args = ["exec", "read_file", "--args", '{"path": "missing.txt"}', "--workspace", str(tmp_path)]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 1
     payload = json.loads(result.output)
@@ -75,18 +92,29 @@ def test_call_argument_errors_are_usage_errors(tmp_path: Path) -> None:
     assert "not valid JSON" in bad_json.output
     not_object = runner.invoke(main, ["call", "bash", "--args", "[1]"])
     assert "must be a JSON object" in not_object.output
-    no_redis = runner.invoke(main, ["call", "bash", "--args", "{}"],
-                             env={"TOOLPOOL_REDIS_URL": ""})  # fmt: skip
+    no_redis = runner.invoke(main, ["call", "bash", "--args", "{}"], env={"TOOLPOOL_REDIS_URL": ""})
     assert no_redis.exit_code == 2
     assert "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL" in no_redis.output
 
 
 def test_console_script_runs_as_a_real_process(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "executor.cli", "exec", "bash", "--workspace",
-         str(tmp_path), "--args", json.dumps({"command": "echo out; echo err >&2; exit 3"})],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "executor.cli",
+            "exec",
+            "bash",
+            "--workspace",
+            str(tmp_path),
+            "--args",
+            json.dumps({"command": "echo out; echo err >&2; exit 3"}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr
     content = json.loads(completed.stdout)["content"]
     assert "exit code: 3" in content
@@ -109,20 +137,30 @@ def test_run_with_no_calls_is_one_usage_error(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "said"),
     [
-        ('[{"id": "a", "nme": "read_file"}]',
-         "Call 1 is not a tool call: it has no tool name; unexpected key 'nme'."),
-        ('[{"id": "a", "name": "glob", "arguments": {}}, {"id": "b", "name": "glob", "x": 1}]',
-         "Call 2 is not a tool call: unexpected key 'x'."),
-        ('{"id": "a", "name": "glob"}\n{"id": "b", "function": {"arguments": "{}"}}',
-         "Call 2 is not a tool call: it has no tool name."),
-        ('[{"id": 5, "name": "glob"}]',
-         "Call 1 is not a tool call: 'id': Input should be a valid string."),
+        (
+            '[{"id": "a", "nme": "read_file"}]',
+            "Call 1 is not a tool call: it has no tool name; unexpected key 'nme'.",
+        ),
+        (
+            '[{"id": "a", "name": "glob", "arguments": {}}, {"id": "b", "name": "glob", "x": 1}]',
+            "Call 2 is not a tool call: unexpected key 'x'.",
+        ),
+        (
+            '{"id": "a", "name": "glob"}\n{"id": "b", "function": {"arguments": "{}"}}',
+            "Call 2 is not a tool call: it has no tool name.",
+        ),
+        (
+            '[{"id": 5, "name": "glob"}]',
+            "Call 1 is not a tool call: 'id': Input should be a valid string.",
+        ),
         ("[42]", "Call 1 is not a tool call: it is a number, not an object."),
-        ('{"id": "a", "name": "glob"}\n\n{"id": "b", "name": "glob",\n',
-         "The input is not a JSON array or JSON lines: line 3 is not JSON (Expecting"),
+        (
+            '{"id": "a", "name": "glob"}\n\n{"id": "b", "name": "glob",\n',
+            "The input is not a JSON array or JSON lines: line 3 is not JSON (Expecting",
+        ),
         ('[{"id": "a", "name": "glob"}', "The input is not a JSON array or JSON lines: Expecting"),
     ],
-)  # fmt: skip
+)
 def test_run_input_mistakes_are_one_plain_message_naming_the_call(text: str, said: str) -> None:
     result = CliRunner().invoke(main, ["run", "-"], input=text, env=NO_REDIS)
     assert result.exit_code == 2, result.output
@@ -145,8 +183,9 @@ def test_run_takes_one_pretty_printed_call() -> None:
 
 def test_run_with_one_call_id_twice_is_a_usage_error(redis_url: str) -> None:
     calls = [{"id": "same", "name": "glob", "arguments": {}}] * 2
-    result = CliRunner().invoke(main, ["run", "-"], input=json.dumps(calls),
-                                env={"TOOLPOOL_REDIS_URL": redis_url})  # fmt: skip
+    result = CliRunner().invoke(
+        main, ["run", "-"], input=json.dumps(calls), env={"TOOLPOOL_REDIS_URL": redis_url}
+    )
     assert result.exit_code == 2, result.output
     assert "Error: Call id 'same' appears twice in one turn" in result.output
 
@@ -157,9 +196,10 @@ def test_run_with_one_call_id_twice_is_a_usage_error(redis_url: str) -> None:
 def test_call_with_no_live_worker_says_so_at_once(redis_url: str, client: redis.Redis) -> None:
     started = time.monotonic()
     result = CliRunner().invoke(
-        main, ["call", "calculator", "--args", '{"expression": "1+1"}', "--timeout", "600"],
+        main,
+        ["call", "calculator", "--args", '{"expression": "1+1"}', "--timeout", "600"],
         env={"TOOLPOOL_REDIS_URL": redis_url},
-    )  # fmt: skip
+    )
     elapsed = time.monotonic() - started
     assert result.exit_code == 1, result.output
     assert "No live worker serves queue 'toolpool.default', so no call was submitted" in (
@@ -180,9 +220,15 @@ def test_events_show_times_as_clock_times_and_leave_out_none(
 ) -> None:
     released_at = 1796037434.13
     EventLog(client, Keys(), worker="w1").emit(
-        "lock_released", call_id="c1", turn_id="t1", tool="read_file", mode="shared",
-        fence=None, held=True, released_at=released_at,
-    )  # fmt: skip
+        "lock_released",
+        call_id="c1",
+        turn_id="t1",
+        tool="read_file",
+        mode="shared",
+        fence=None,
+        held=True,
+        released_at=released_at,
+    )
     env = {"TOOLPOOL_REDIS_URL": redis_url}
     text = CliRunner().invoke(main, ["events"], env=env)
     assert text.exit_code == 0, text.output
@@ -203,8 +249,9 @@ def test_events_show_times_as_clock_times_and_leave_out_none(
 
 def _info(timeout: float, argument: str | None, schema: dict[str, Any]) -> ToolInfo:
     parameters = {"type": "object", "properties": {argument: schema} if argument else {}}
-    return ToolInfo(name="t", description="d", parameters=parameters, timeout=timeout,
-                    timeout_argument=argument)  # fmt: skip
+    return ToolInfo(
+        name="t", description="d", parameters=parameters, timeout=timeout, timeout_argument=argument
+    )
 
 
 @pytest.mark.parametrize(
@@ -213,20 +260,38 @@ def _info(timeout: float, argument: str | None, schema: dict[str, Any]) -> ToolI
         (_info(30, None, {}), "30s"),
         (_info(2.5, None, {}), "2.5s"),
         # bash as it publishes itself with its default and maximum (an optional number)
-        (_info(600, "timeout", {"anyOf": [{"type": "number", "exclusiveMinimum": 0,
-                                           "maximum": 600}, {"type": "null"}], "default": 10}),
-         "10s (timeout argument, up to 600s)"),
-        (_info(200, "seconds", {"type": "number", "default": 5, "maximum": 120}),
-         "5s (seconds argument, up to 120s)"),
+        (
+            _info(
+                600,
+                "timeout",
+                {
+                    "anyOf": [
+                        {"type": "number", "exclusiveMinimum": 0, "maximum": 600},
+                        {"type": "null"},
+                    ],
+                    "default": 10,
+                },
+            ),
+            "10s (timeout argument, up to 600s)",
+        ),
+        (
+            _info(200, "seconds", {"type": "number", "default": 5, "maximum": 120}),
+            "5s (seconds argument, up to 120s)",
+        ),
         # no published maximum: the tool's own limit is the most
-        (_info(600, "timeout", {"type": "number", "default": 10}),
-         "10s (timeout argument, up to 600s)"),
+        (
+            _info(600, "timeout", {"type": "number", "default": 10}),
+            "10s (timeout argument, up to 600s)",
+        ),
         # no published default: say only what is known
-        (_info(600, "timeout", {"anyOf": [{"type": "number"}, {"type": "null"}],
-                                "default": None}),
-         "up to 600s (set by its timeout argument)"),
+        (
+            _info(
+                600, "timeout", {"anyOf": [{"type": "number"}, {"type": "null"}], "default": None}
+            ),
+            "up to 600s (set by its timeout argument)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_time_limit_says_the_default_and_the_maximum(info: ToolInfo, shown: str) -> None:
     assert time_limit_text(info) == shown
 
@@ -244,8 +309,15 @@ def test_the_cli_works_without_the_extras(tmp_path: Path) -> None:
     env = {k: v for k, v in python_path_env().items() if not k.startswith("TOOLPOOL_")}
 
     def toolpool(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", script, *args], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-c", script, *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     assert toolpool("--help").returncode == 0
     assert "demo" in toolpool("--help").stdout

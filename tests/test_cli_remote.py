@@ -63,8 +63,10 @@ def serving(redis_url: str, workspace: Path, script: str = WORKER) -> Iterator[d
     client = redis.Redis.from_url(redis_url)
     try:
         # The CLI refuses calls while no worker serves the queue: wait for its catalog.
-        wait_for(lambda: read_catalog(client, Keys(), "toolpool.default").workers == 1,
-                 "the worker's catalog")  # fmt: skip
+        wait_for(
+            lambda: read_catalog(client, Keys(), "toolpool.default").workers == 1,
+            "the worker's catalog",
+        )
         yield env
     finally:
         client.close()
@@ -88,9 +90,16 @@ def served(redis_url: str, workspace: Path) -> Iterator[dict[str, str]]:
 
 
 NINE = [
-    "bash", "calculator", "edit_file", "get_weather", "glob", "grep", "list_directory",
-    "read_file", "write_file",
-]  # fmt: skip
+    "bash",
+    "calculator",
+    "edit_file",
+    "get_weather",
+    "glob",
+    "grep",
+    "list_directory",
+    "read_file",
+    "write_file",
+]
 
 
 def test_tools_table_lists_the_live_tools_flags_and_limits(served: dict[str, str]) -> None:
@@ -106,8 +115,7 @@ def test_tools_table_lists_the_live_tools_flags_and_limits(served: dict[str, str
 
 
 def test_tools_export_formats(served: dict[str, str]) -> None:
-    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"),
-                     ("mcp", "inputSchema")):  # fmt: skip
+    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"), ("mcp", "inputSchema")):
         result = CliRunner().invoke(main, ["tools", "--format", fmt], env=served)
         assert result.exit_code == 0, result.output
         exported = json.loads(result.output)
@@ -129,12 +137,26 @@ def test_run_reads_json_lines_of_any_api_shape_and_answers_in_order(
     lines = "\n".join(
         [
             json.dumps({"id": "a", "name": "calculator", "arguments": {"expression": "6*7"}}),
-            json.dumps({"id": "b", "type": "function", "function": {
-                "name": "bash", "arguments": json.dumps({"command": "seq 1 20000"})}}),
-            json.dumps({"type": "tool_use", "id": "c", "name": "read_file",
-                        "input": {"path": "missing.txt"}}),
+            json.dumps(
+                {
+                    "id": "b",
+                    "type": "function",
+                    "function": {
+                        "name": "bash",
+                        "arguments": json.dumps({"command": "seq 1 20000"}),
+                    },
+                }
+            ),
+            json.dumps(
+                {
+                    "type": "tool_use",
+                    "id": "c",
+                    "name": "read_file",
+                    "input": {"path": "missing.txt"},
+                }
+            ),
         ]
-    )  # fmt: skip
+    )
     result = CliRunner().invoke(main, ["run", "-"], input=lines, env=served)
     assert result.exit_code == 0, result.output
     answers = [json.loads(line) for line in result.output.splitlines()]
@@ -165,8 +187,14 @@ def test_run_takes_a_json_array_and_logs_jsonl(served: dict[str, str], tmp_path:
 
 def test_status_events_and_lock_status(served: dict[str, str]) -> None:
     runner = CliRunner()
-    assert runner.invoke(main, ["call", "calculator", "--args", '{"expression": "1+1"}',
-                                "--id", "s1"], env=served).exit_code == 0  # fmt: skip
+    assert (
+        runner.invoke(
+            main,
+            ["call", "calculator", "--args", '{"expression": "1+1"}', "--id", "s1"],
+            env=served,
+        ).exit_code
+        == 0
+    )
     status = runner.invoke(main, ["status", "--json"], env=served)
     assert status.exit_code == 0, status.output
     report = json.loads(status.output)
@@ -191,9 +219,10 @@ def test_output_of_an_unknown_call_is_a_clear_error(served: dict[str, str]) -> N
 
 def test_unreachable_redis_is_a_clear_error() -> None:
     result = CliRunner().invoke(
-        main, ["call", "calculator", "--args", '{"expression": "1"}', "--timeout", "2"],
+        main,
+        ["call", "calculator", "--args", '{"expression": "1"}', "--timeout", "2"],
         env={"TOOLPOOL_REDIS_URL": "redis://127.0.0.1:1/0"},
-    )  # fmt: skip
+    )
     assert result.exit_code == 1
     assert "Redis at redis://127.0.0.1:1/0 could not be reached" in result.output
     assert "none of its calls runs" in result.output
@@ -221,11 +250,14 @@ def test_run_answers_arguments_that_are_not_json_and_runs_the_rest(
     served: dict[str, str],
 ) -> None:
     calls = [
-        {"id": "cut", "type": "function",
-         "function": {"name": "read_file", "arguments": '{"path": "hel'}},
+        {
+            "id": "cut",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "hel'},
+        },
         {"id": "arr", "name": "read_file", "arguments": "[1,2]"},
         {"id": "ok", "name": "read_file", "arguments": {"path": "hello.txt"}},
-    ]  # fmt: skip
+    ]
     result = CliRunner().invoke(main, ["run", "-"], input=json.dumps(calls), env=served)
     assert result.exit_code == 0, result.output
     cut, arr, ok = (json.loads(line) for line in result.output.splitlines())
@@ -266,14 +298,31 @@ def _smembers_calls(client: redis.Redis) -> int:
 def test_call_with_wait_for_workers_waits_for_one(redis_url: str, workspace: Path) -> None:
     client = redis.Redis.from_url(redis_url)
     read_before = _smembers_calls(client)
-    command = [sys.executable, "-m", "executor.cli", "call", "calculator",
-               "--args", '{"expression": "6*7"}', "--wait-for-workers", "120"]  # fmt: skip
-    cli = subprocess.Popen(command, env={**os.environ, "TOOLPOOL_REDIS_URL": redis_url},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "executor.cli",
+        "call",
+        "calculator",
+        "--args",
+        '{"expression": "6*7"}',
+        "--wait-for-workers",
+        "120",
+    ]
+    cli = subprocess.Popen(
+        command,
+        env={**os.environ, "TOOLPOOL_REDIS_URL": redis_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Two reads of the catalog: the first found no worker, so the call is waiting.
-        wait_for(lambda: _smembers_calls(client) >= read_before + 2 or cli.poll() is not None,
-                 "the call to look for a worker twice", timeout=60)  # fmt: skip
+        wait_for(
+            lambda: _smembers_calls(client) >= read_before + 2 or cli.poll() is not None,
+            "the call to look for a worker twice",
+            timeout=60,
+        )
         assert cli.poll() is None, cli.communicate()
         assert client.llen("rq:queue:toolpool.default") == 0
         with serving(redis_url, workspace):

@@ -24,8 +24,12 @@ def env(redis_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     template = tmp_path / "template"
     (template / "src").mkdir(parents=True)
     (template / "src" / "main.py").write_text("print('hi')\n")
-    settings = Settings(redis_url=redis_url, workspace=tmp_path / "ws",
-                        sessions_root=tmp_path / "sessions", host="h1")  # fmt: skip
+    settings = Settings(
+        redis_url=redis_url,
+        workspace=tmp_path / "ws",
+        sessions_root=tmp_path / "sessions",
+        host="h1",
+    )
     with running_pool(settings, workers=2):
         yield {"TOOLPOOL_REDIS_URL": redis_url, "TOOLPOOL_SESSION": ""}
 
@@ -40,11 +44,17 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
     assert "Created session 'agent-1' on host 'h1'" in made.output
     assert (tmp_path / "sessions" / "agent-1" / "src" / "main.py").exists()
 
-    cd = _run(env, "call", "bash", "--args", '{"command": "cd src && export M=7"}',
-              "--session", "agent-1")  # fmt: skip
+    cd = _run(
+        env, "call", "bash", "--args", '{"command": "cd src && export M=7"}', "--session", "agent-1"
+    )
     assert cd.exit_code == 0, cd.output
-    shown = _run({**env, "TOOLPOOL_SESSION": "agent-1"}, "call", "bash",
-                 "--args", '{"command": "ls; echo M=$M"}')  # fmt: skip
+    shown = _run(
+        {**env, "TOOLPOOL_SESSION": "agent-1"},
+        "call",
+        "bash",
+        "--args",
+        '{"command": "ls; echo M=$M"}',
+    )
     assert json.loads(shown.output)["content"].endswith("main.py\nM=7")
 
     listed = _run(env, "session", "list")
@@ -53,8 +63,11 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
     assert row.split()[1:3] == ["h1", "ready"]
     record = json.loads(_run(env, "session", "show", "agent-1", "--json").output)
     assert (record["calls"], record["cwd"], record["env"], record["lock"]) == (
-        2, "src", ["M"], "free"
-    )  # fmt: skip
+        2,
+        "src",
+        ["M"],
+        "free",
+    )
 
     status = _run(env, "status", "--session", "agent-1")
     assert "Session agent-1 on host h1: ready, 2 calls, 0 pending, cwd src" in status.output
@@ -69,8 +82,9 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
     assert gone.exit_code == 0, gone.output
     assert "its folder on host 'h1' and its keys" in gone.output
     assert not (tmp_path / "sessions" / "agent-1").exists()
-    late = _run(env, "call", "read_file", "--args", '{"path": "src/main.py"}',
-                "--session", "agent-1")  # fmt: skip
+    late = _run(
+        env, "call", "read_file", "--args", '{"path": "src/main.py"}', "--session", "agent-1"
+    )
     assert late.exit_code == 1
     assert json.loads(late.output)["error_type"] == "unknown_session"
 

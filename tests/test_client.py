@@ -169,8 +169,11 @@ def test_read_only_tools_are_asked_too_without_auto_approval(
         return call.name != "read_file" or call.id == "r1"
 
     (settings.workspace / "in.txt").write_text("in")
-    calls = [_call("r1", "read_file", path="in.txt"), _call("r2", "read_file", path="in.txt"),
-             _call("r3", "read_file", path="in.txt")]  # fmt: skip
+    calls = [
+        _call("r1", "read_file", path="in.txt"),
+        _call("r2", "read_file", path="in.txt"),
+        _call("r3", "read_file", path="in.txt"),
+    ]
     with _executor(settings, approve=approve, auto_approve_read_only=False) as executor:
         results = _run(executor, settings, calls)
     assert asked == ["r1", "r2"]
@@ -238,11 +241,13 @@ def test_a_reused_id_leaves_the_rest_of_its_turn_in_order_for_any_collector(
     # rewrites it before anything is enqueued, so a collector elsewhere reads the rewrite.
     with _executor(settings) as executor:
         _run(executor, settings, [_call("taken", "write_file", path="a.txt", content="1")])
-        turn = executor.submit([
-            _call("n1", "write_file", path="b.txt", content="b"),
-            _call("taken", "write_file", path="a.txt", content="2"),
-            _call("n2", "read_file", path="b.txt"),
-        ])  # fmt: skip
+        turn = executor.submit(
+            [
+                _call("n1", "write_file", path="b.txt", content="b"),
+                _call("taken", "write_file", path="a.txt", content="2"),
+                _call("n2", "read_file", path="b.txt"),
+            ]
+        )
         assert executor.queue.count == 1  # the first batch: n1 alone
     _drain(settings)
     with _executor(settings) as elsewhere:
@@ -278,13 +283,18 @@ def test_reusing_a_pending_call_id_leaves_the_first_call_alone(settings: Setting
 
 def test_openai_and_anthropic_call_dicts_are_accepted(settings: Settings) -> None:
     calls: list[Any] = [
-        {"id": "oa", "type": "function", "function": {
-            "name": "write_file",
-            "arguments": json.dumps({"path": "o.txt", "content": "from openai"})}},
+        {
+            "id": "oa",
+            "type": "function",
+            "function": {
+                "name": "write_file",
+                "arguments": json.dumps({"path": "o.txt", "content": "from openai"}),
+            },
+        },
         {"type": "tool_use", "id": "an", "name": "read_file", "input": {"path": "o.txt"}},
         ToolCall(id="tc", name="calculator", arguments={"expression": "6 * 7"}),
         _call("pl", "echo", text="plain"),
-    ]  # fmt: skip
+    ]
     with _executor(settings) as executor:
         results = _run(executor, settings, calls)
     assert [r.call_id for r in results] == ["oa", "an", "tc", "pl"]
@@ -301,8 +311,12 @@ def test_openai_and_anthropic_call_dicts_are_accepted(settings: Settings) -> Non
 def test_another_executor_collects_a_turn_by_its_id(settings: Settings) -> None:
     (settings.workspace / "in.txt").write_text("in")
     with _executor(settings) as first:
-        turn = first.submit([_call("a", "read_file", path="in.txt"),
-                             _call("b", "write_file", path="out.txt", content="o")])  # fmt: skip
+        turn = first.submit(
+            [
+                _call("a", "read_file", path="in.txt"),
+                _call("b", "write_file", path="out.txt", content="o"),
+            ]
+        )
     _drain(settings)
     with _executor(settings) as second:
         results = second.collect(turn.turn_id, timeout=10)
@@ -316,8 +330,10 @@ def test_collect_without_workers_times_out_and_the_calls_never_run_later(
     settings: Settings, client: redis.Redis
 ) -> None:
     (settings.workspace / "in.txt").write_text("in")
-    calls = [_call("r", "read_file", path="in.txt"),
-             _call("w", "write_file", path="late.txt", content="late")]  # fmt: skip
+    calls = [
+        _call("r", "read_file", path="in.txt"),
+        _call("w", "write_file", path="late.txt", content="late"),
+    ]
     with _executor(settings) as executor:
         started = time.monotonic()
         results = executor.run(calls, timeout=1)
@@ -375,8 +391,9 @@ def test_jsonl_log_has_every_start_of_a_safe_batch_before_any_result(
         _call("pb", "slow_read", path="b.md"),
         _call("w", "write_file", path="c.md", content="c"),
     ]
-    with _executor(settings, jsonl=log, approve=lambda call, tool: True,
-                   auto_approve_read_only=False) as executor:  # fmt: skip
+    with _executor(
+        settings, jsonl=log, approve=lambda call, tool: True, auto_approve_read_only=False
+    ) as executor:
         turn = executor.submit(calls)
         results = executor.collect(turn, timeout=30)
     assert _statuses(results) == ["ok"] * 3
@@ -389,9 +406,12 @@ def test_jsonl_log_has_every_start_of_a_safe_batch_before_any_result(
     assert names.index("tool_execution_started") > max(
         i for i, n in enumerate(names) if n == "approval"
     )
-    batch = [(line["event"], line["call_id"], line["worker"]) for line in lines
-             if line["call_id"] in {"pa", "pb"}
-             and line["event"] in {"tool_execution_started", "tool_result"}]  # fmt: skip
+    batch = [
+        (line["event"], line["call_id"], line["worker"])
+        for line in lines
+        if line["call_id"] in {"pa", "pb"}
+        and line["event"] in {"tool_execution_started", "tool_result"}
+    ]
     assert [event for event, _, _ in batch] == ["tool_execution_started"] * 2 + ["tool_result"] * 2
     assert len({worker for _, _, worker in batch[:2]}) == 2
 
@@ -401,8 +421,13 @@ def test_jsonl_log_has_every_start_of_a_safe_batch_before_any_result(
 
 def test_results_become_openai_and_anthropic_messages() -> None:
     ok = ToolResult(call_id="call_1", name="read_file", status=ToolStatus.OK, content="text")
-    failed = ToolResult(call_id="toolu_2", name="bash", status=ToolStatus.ERROR,
-                        content="Command timed out", error_type=ErrorType.TIMEOUT)  # fmt: skip
+    failed = ToolResult(
+        call_id="toolu_2",
+        name="bash",
+        status=ToolStatus.ERROR,
+        content="Command timed out",
+        error_type=ErrorType.TIMEOUT,
+    )
     assert openai_tool_messages([ok, failed]) == [
         {"role": "tool", "tool_call_id": "call_1", "content": "text"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Command timed out"},
@@ -410,9 +435,12 @@ def test_results_become_openai_and_anthropic_messages() -> None:
     assert anthropic_tool_results([ok, failed]) == {
         "role": "user",
         "content": [
-            {"type": "tool_result", "tool_use_id": "call_1", "content": "text",
-             "is_error": False},
-            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "Command timed out",
-             "is_error": True},
+            {"type": "tool_result", "tool_use_id": "call_1", "content": "text", "is_error": False},
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_2",
+                "content": "Command timed out",
+                "is_error": True,
+            },
         ],
-    }  # fmt: skip
+    }

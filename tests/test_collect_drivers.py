@@ -83,8 +83,9 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "a.txt").write_text("alpha\n")
-    return Settings(redis_url=redis_url, workspace=workspace, call_liveness_s=2.0,
-                    call_heartbeat_s=0.5)  # fmt: skip
+    return Settings(
+        redis_url=redis_url, workspace=workspace, call_liveness_s=2.0, call_heartbeat_s=0.5
+    )
 
 
 def _submit(settings: Settings, calls: list[dict[str, object]]) -> Turn:
@@ -96,12 +97,15 @@ def test_results_come_in_call_order_by_turn_and_by_id(
     settings: Settings, make_workers: MakeWorkers, collect: Collect
 ) -> None:
     make_workers(settings).start(2)
-    turn = _submit(settings, [
-        {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "beta"}},
-        {"id": "r1", "name": "read_file", "arguments": {"path": "b.txt"}},
-        {"id": "nope", "name": "no_such_tool", "arguments": {}},
-        {"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}},
-    ])  # fmt: skip
+    turn = _submit(
+        settings,
+        [
+            {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "beta"}},
+            {"id": "r1", "name": "read_file", "arguments": {"path": "b.txt"}},
+            {"id": "nope", "name": "no_such_tool", "arguments": {}},
+            {"id": "r2", "name": "read_file", "arguments": {"path": "a.txt"}},
+        ],
+    )
 
     by_turn = collect(settings, turn, PATIENCE_S)
     by_id = collect(settings, turn.turn_id, PATIENCE_S)
@@ -124,8 +128,16 @@ def test_a_worker_killed_mid_call_gets_a_worker_lost_result(
 ) -> None:
     [worker] = make_workers(settings).start(1)
     started = Path(settings.workspace) / "started"  # the workspace: bash may be sandboxed
-    turn = _submit(settings, [{"id": "slow", "name": "bash", "arguments": {
-        "command": "touch started; sleep 60", "timeout": 120}}])  # fmt: skip
+    turn = _submit(
+        settings,
+        [
+            {
+                "id": "slow",
+                "name": "bash",
+                "arguments": {"command": "touch started; sleep 60", "timeout": 120},
+            }
+        ],
+    )
     wait_for(started.exists, "the command to start")
     os.kill(worker.pid, signal.SIGKILL)
 
@@ -140,8 +152,16 @@ def test_the_deadline_answers_timeout(
 ) -> None:
     make_workers(settings).start(1)
     started = Path(settings.workspace) / "started"  # the workspace: bash may be sandboxed
-    turn = _submit(settings, [{"id": "slow", "name": "bash", "arguments": {
-        "command": "touch started; sleep 60", "timeout": 120}}])  # fmt: skip
+    turn = _submit(
+        settings,
+        [
+            {
+                "id": "slow",
+                "name": "bash",
+                "arguments": {"command": "touch started; sleep 60", "timeout": 120},
+            }
+        ],
+    )
     wait_for(started.exists, "the command to start")
 
     before = time.monotonic()
@@ -157,12 +177,22 @@ def test_a_poll_reads_what_is_there_and_leaves_the_rest_running(
 ) -> None:
     make_workers(settings).start(1)
     workspace = Path(settings.workspace)
-    turn = _submit(settings, [
-        {"id": "r", "name": "read_file", "arguments": {"path": "a.txt"}},
-        {"id": "held", "name": "bash", "arguments": {
-            "command": "touch started; while [ ! -e go ]; do sleep 0.05; done; echo released",
-            "timeout": 120}},
-    ])  # fmt: skip
+    turn = _submit(
+        settings,
+        [
+            {"id": "r", "name": "read_file", "arguments": {"path": "a.txt"}},
+            {
+                "id": "held",
+                "name": "bash",
+                "arguments": {
+                    "command": (
+                        "touch started; while [ ! -e go ]; do sleep 0.05; done; echo released"
+                    ),
+                    "timeout": 120,
+                },
+            },
+        ],
+    )
     wait_for((workspace / "started").exists, "the command to start")
 
     read, held = poll(settings, turn.turn_id, 0.3)

@@ -260,16 +260,28 @@ def test_a_holder_frozen_before_its_rename_never_lands_its_write(
     root = tmp_path / "ws"
     root.mkdir()
     (root / "shared.txt").write_text("initial")
-    settings = Settings(redis_url=redis_url, workspace=root, lock_lease_ms=800,
-                        call_liveness_s=60.0)  # fmt: skip
+    settings = Settings(
+        redis_url=redis_url, workspace=root, lock_lease_ms=800, call_liveness_s=60.0
+    )
     pool = Workers(settings, tmp_path / "workers")
     lock = RWLock.from_url(redis_url, settings.scope, keys=Keys(), lease_ms=800)
     pid_file = tmp_path / "frozen.pid"
     try:
         pool.start(2)
         with Executor(settings=settings, registry=dist_tools.registry()) as executor:
-            stale = executor.submit([{"id": "stale", "name": "write_then_freeze", "arguments": {
-                "path": "shared.txt", "content": "stale", "pid_file": str(pid_file)}}])  # fmt: skip
+            stale = executor.submit(
+                [
+                    {
+                        "id": "stale",
+                        "name": "write_then_freeze",
+                        "arguments": {
+                            "path": "shared.txt",
+                            "content": "stale",
+                            "pid_file": str(pid_file),
+                        },
+                    }
+                ]
+            )
             wait_for(
                 lambda: pid_file.exists() and _state(int(pid_file.read_text())) == "T",
                 "the first writer to freeze between its fence check and its rename",
@@ -277,13 +289,20 @@ def test_a_holder_frozen_before_its_rename_never_lands_its_write(
             frozen = int(pid_file.read_text())
             frozen_pids.append(frozen)
             fresh = executor.submit(
-                [{"id": "fresh", "name": "write_file",
-                  "arguments": {"path": "shared.txt", "content": "fresh"}}]
-            )  # fmt: skip
+                [
+                    {
+                        "id": "fresh",
+                        "name": "write_file",
+                        "arguments": {"path": "shared.txt", "content": "fresh"},
+                    }
+                ]
+            )
             # The frozen lease runs out; the other worker is granted the lock and waits at
             # the commit barrier (its lock_acquired event comes after the barrier).
-            wait_for(lambda: [h.owner.call_id for h in lock.status().holders] == ["fresh"],
-                     "the second writer to be granted the lock")  # fmt: skip
+            wait_for(
+                lambda: [h.owner.call_id for h in lock.status().holders] == ["fresh"],
+                "the second writer to be granted the lock",
+            )
             os.kill(frozen, signal.SIGCONT)
             [stale_result] = executor.collect(stale, timeout=60)
             [fresh_result] = executor.collect(fresh, timeout=60)

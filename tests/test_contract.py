@@ -58,11 +58,15 @@ def test_schema_comes_from_the_signature_and_docstring() -> None:
         "required": ["path"],
         "properties": {
             "path": {"type": "string", "description": "Where to look, relative to the workspace."},
-            "mode": {"type": "string", "enum": ["a", "b"], "default": "a",
-                     "description": "Which mode."},
+            "mode": {
+                "type": "string",
+                "enum": ["a", "b"],
+                "default": "a",
+                "description": "Which mode.",
+            },
             "count": {"type": "integer", "minimum": 1, "default": 3, "description": "How many."},
         },
-    }  # fmt: skip
+    }
 
 
 def test_validation_converts_and_fills_defaults() -> None:
@@ -88,10 +92,12 @@ def test_context_is_injected_and_not_in_the_schema(tmp_path: Any) -> None:
 def test_explicit_schema_is_used_and_enforced() -> None:
     schema = {
         "type": "object",
-        "properties": {"q": {"type": "string", "minLength": 1}, "n": {"type": "integer",
-                                                                     "default": 2}},
+        "properties": {
+            "q": {"type": "string", "minLength": 1},
+            "n": {"type": "integer", "default": 2},
+        },
         "required": ["q"],
-    }  # fmt: skip
+    }
 
     @tool(parameters=schema, description="Search.")
     def search(**arguments: Any) -> str:
@@ -144,18 +150,26 @@ def test_explicit_schema_may_use_any_draft_2020_12_keyword() -> None:
     ("parameters", "message"),
     [
         ({"type": "object", "requried": ["x"]}, r"uses \['requried'\], not JSON Schema 2020-12"),
-        ({"type": "object", "properties": {"x": {"type": "integr"}}},
-         r"parameters\.properties\.x\.type is not valid JSON Schema: 'integr' is not one of"),
-        ({"type": "object", "properties": {"x": {"type": "string", "pattern": "("}}},
-         r"parameters\.properties\.x\.pattern is not valid JSON Schema: '\(' is not a 'regex'"),
-        ({"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}},
-         "a reference must point inside the schema"),
-        ({"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
-         "names nothing in the schema"),
+        (
+            {"type": "object", "properties": {"x": {"type": "integr"}}},
+            r"parameters\.properties\.x\.type is not valid JSON Schema: 'integr' is not one of",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"type": "string", "pattern": "("}}},
+            r"parameters\.properties\.x\.pattern is not valid JSON Schema: '\(' is not a 'regex'",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "https://example.com/s.json"}}},
+            "a reference must point inside the schema",
+        ),
+        (
+            {"type": "object", "properties": {"x": {"$ref": "#/$defs/missing"}}},
+            "names nothing in the schema",
+        ),
         ({"type": "array"}, "parameters must have type 'object'"),
         ([], "must be a JSON Schema object"),
     ],
-)  # fmt: skip
+)
 def test_explicit_schema_that_is_not_valid_is_refused(parameters: Any, message: str) -> None:
     with pytest.raises(ToolDefinitionError, match=message):
         tool(parameters=parameters, description="x")(lambda: None)

@@ -73,13 +73,18 @@ def dashboard(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iter
     with log.open("ab") as output:
         process = subprocess.Popen(
             [*TOOLPOOL, "dashboard", "--port", str(port), "--redis", redis_url],
-            env=mcp_env(TOOLPOOL_DASHBOARD_TOKEN=TOKEN), cwd=ROOT, stdin=subprocess.DEVNULL,
-            stdout=output, stderr=output,
-        )  # fmt: skip
+            env=mcp_env(TOOLPOOL_DASHBOARD_TOKEN=TOKEN),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+        )
     served = Dashboard(f"http://127.0.0.1:{port}", settings, workspace)
     try:
-        wait_for(lambda: _answers(served) or process.poll() is not None,
-                 "the dashboard to show both workers")  # fmt: skip
+        wait_for(
+            lambda: _answers(served) or process.poll() is not None,
+            "the dashboard to show both workers",
+        )
         assert process.poll() is None, log.read_text()
         yield served
     finally:
@@ -146,8 +151,12 @@ def browser() -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--window-size=1280,1400"):  # fmt: skip
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1400",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
     try:
@@ -168,17 +177,21 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
         wait_for(condition, f"the page to show {what}")
 
     def shown(selector: str) -> bool:
-        return bool(browser.execute_script("return !!document.querySelector(arguments[0])",
-                                           selector))  # fmt: skip
+        return bool(
+            browser.execute_script("return !!document.querySelector(arguments[0])", selector)
+        )
 
     browser.get(f"{dashboard.url}/?token={TOKEN}")
-    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == 2,
-          "both workers")  # fmt: skip
+    until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == 2,
+        "both workers",
+    )
     loaded = script("return window.toolpoolPageLoad")
     updates = int(script("return document.getElementById('status').dataset.updates"))
 
-    dashboard.run([{"id": f"warm-{i}", "name": "read_file", "arguments": {"path": "a.txt"}}
-                   for i in range(3)])  # fmt: skip
+    dashboard.run(
+        [{"id": f"warm-{i}", "name": "read_file", "arguments": {"path": "a.txt"}} for i in range(3)]
+    )
 
     # A bash call that holds the lock until this test lets it go, and a read queued behind it.
     hold = {
@@ -190,14 +203,20 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
     turns = [threading.Thread(target=lambda: dashboard.run([hold]))]
     turns[0].start()
     try:
-        until(lambda: shown('#workers tr.busy[data-call-id="held"]'),
-              "the worker running the bash call")  # fmt: skip
-        until(lambda: shown('#lock-holders li[data-call-id="held"][data-mode="exclusive"]'),
-              "the bash call holding the lock")  # fmt: skip
+        until(
+            lambda: shown('#workers tr.busy[data-call-id="held"]'),
+            "the worker running the bash call",
+        )
+        until(
+            lambda: shown('#lock-holders li[data-call-id="held"][data-mode="exclusive"]'),
+            "the bash call holding the lock",
+        )
         turns.append(threading.Thread(target=lambda: dashboard.run([behind])))
         turns[1].start()
-        until(lambda: shown('#lock-waiters li[data-call-id="behind"]'),
-              "the read waiting for the lock")  # fmt: skip
+        until(
+            lambda: shown('#lock-waiters li[data-call-id="behind"]'),
+            "the read waiting for the lock",
+        )
         _screenshot(browser, "dashboard.png")
     finally:
         (dashboard.workspace / "go").touch()
@@ -207,31 +226,41 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
     dashboard.run([{"id": "oops", "name": "read_file", "arguments": {"path": "missing.txt"}}])
     until(lambda: shown('#failures li[data-call-id="oops"]'), "the failed call")
     dashboard.run(_reads_then_a_write("b"))
-    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="b-"]')) == 3,
-          "the turn's three calls")  # fmt: skip
+    until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="b-"]')) == 3,
+        "the turn's three calls",
+    )
     # Clicked in the page itself: the table is redrawn every second, an element found from
     # here may be gone by the time it is clicked.
     script("document.querySelector('#calls tr[data-call-id=\"b-w\"] a.turn').click()")
-    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")) == 3,
-          "the turn's timeline")  # fmt: skip
+    until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")) == 3,
+        "the turn's timeline",
+    )
     bars = {
         g.get_attribute("data-call-id"): g
         for g in browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")
     }
-    lanes = [g.get_attribute("data-worker")
-             for g in browser.find_elements(By.CSS_SELECTOR, "#timeline g.lane")]  # fmt: skip
+    lanes = [
+        g.get_attribute("data-worker")
+        for g in browser.find_elements(By.CSS_SELECTOR, "#timeline g.lane")
+    ]
     _screenshot(browser, "timeline.png")
 
     assert sorted(bars) == ["b-r1", "b-r2", "b-w"]
     assert {bar.get_attribute("data-worker") for bar in bars.values()} <= set(lanes)
     assert bars["b-r1"].get_attribute("data-worker") != bars["b-r2"].get_attribute("data-worker")
     assert [bars[c].get_attribute("data-mode") for c in ("b-r1", "b-r2", "b-w")] == [
-        "shared", "shared", "exclusive",
-    ]  # fmt: skip
+        "shared",
+        "shared",
+        "exclusive",
+    ]
     reads_end = max(float(bars[c].get_attribute("data-released")) for c in ("b-r1", "b-r2"))
     assert float(bars["b-w"].get_attribute("data-granted")) >= reads_end
-    tools = script("return [...document.querySelectorAll('#workers td.tools')]"
-                   ".map(td => td.title.split(', ').length)")  # fmt: skip
+    tools = script(
+        "return [...document.querySelectorAll('#workers td.tools')]"
+        ".map(td => td.title.split(', ').length)"
+    )
     assert tools == [13, 13]  # the nine built-in tools and the test tools, on each worker
     # The same page all along, updated by its stream.
     assert script("return window.toolpoolPageLoad") == loaded

@@ -145,10 +145,24 @@ def test_the_editable_install_prints_no_setuptools_warning(tmp_path: Path) -> No
 
     # As scripts/_venv.sh installs it (this venv's pip, aimed at the fresh one; no deps).
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-         "--disable-pip-version-check", "--no-deps", "-e", str(source)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "-e",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if result.returncode != 0 and "No matching distribution found" in result.stderr:
         pytest.skip(f"no package index for the build's setuptools: {result.stderr[-500:]}")
     assert result.returncode == 0, result.stderr
@@ -157,6 +171,10 @@ def test_the_editable_install_prints_no_setuptools_warning(tmp_path: Path) -> No
     # The packages import from the source folder (run elsewhere: not from the current one).
     found = subprocess.run(
         [str(python), "-c", "import importlib.util as u; print(u.find_spec('workers').origin)"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=True,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert found.stdout.strip() == str(source / "workers" / "__init__.py")

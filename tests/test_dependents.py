@@ -30,8 +30,7 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("a")
-    return Settings(redis_url=redis_url, workspace=root, call_liveness_s=2.0,
-                    call_heartbeat_s=0.5)  # fmt: skip
+    return Settings(redis_url=redis_url, workspace=root, call_liveness_s=2.0, call_heartbeat_s=0.5)
 
 
 @pytest.fixture
@@ -49,11 +48,13 @@ def _status(executor: Executor, rq_job_id: str) -> JobStatus:
 def test_the_next_batch_runs_when_a_parallel_parent_was_ended_as_lost_first(
     executor: Executor, settings: Settings
 ) -> None:
-    turn = executor.submit([
-        {"id": "lost", "name": "list_directory", "arguments": {}},
-        {"id": "read", "name": "read_file", "arguments": {"path": "a.txt"}},
-        {"id": "write", "name": "write_file", "arguments": {"path": "b.txt", "content": "b"}},
-    ])  # fmt: skip
+    turn = executor.submit(
+        [
+            {"id": "lost", "name": "list_directory", "arguments": {}},
+            {"id": "read", "name": "read_file", "arguments": {"path": "a.txt"}},
+            {"id": "write", "name": "write_file", "arguments": {"path": "b.txt", "content": "b"}},
+        ]
+    )
     assert turn.plan.batches == [[0, 1], [2]]
     lost, read, write = (turn.plan.job_ids[i] for i in range(3))
     # The first parent's worker died: the job is ended before the second parent has run.
@@ -70,11 +71,13 @@ def test_the_next_batch_runs_when_a_parallel_parent_was_ended_as_lost_first(
 
 
 def test_release_waits_for_every_parent_and_releases_once(executor: Executor) -> None:
-    turn = executor.submit([
-        {"id": "p1", "name": "list_directory", "arguments": {}},
-        {"id": "p2", "name": "glob", "arguments": {"pattern": "*"}},
-        {"id": "child", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}},
-    ])  # fmt: skip
+    turn = executor.submit(
+        [
+            {"id": "p1", "name": "list_directory", "arguments": {}},
+            {"id": "p2", "name": "glob", "arguments": {"pattern": "*"}},
+            {"id": "child", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}},
+        ]
+    )
     p1, p2, child = (turn.plan.job_ids[i] for i in range(3))
     end_lost_job(executor.client, p1)
     assert release_dependents(executor.client, p1) == 0  # p2 has not ended

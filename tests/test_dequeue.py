@@ -87,8 +87,13 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
     (tmp_path / "ws").mkdir()
     (tmp_path / "sessions").mkdir()
     # The orchestrator's own liveness check must not answer first: the pool does.
-    return Settings(redis_url=redis_url, workspace=tmp_path / "ws", call_liveness_s=60,
-                    sessions_root=tmp_path / "sessions", host="h1")  # fmt: skip
+    return Settings(
+        redis_url=redis_url,
+        workspace=tmp_path / "ws",
+        call_liveness_s=60,
+        sessions_root=tmp_path / "sessions",
+        host="h1",
+    )
 
 
 @pytest.mark.proof  # a worker pool whose child is stopped, then killed
@@ -102,16 +107,19 @@ def test_a_two_queue_worker_killed_while_taking_jobs_loses_none(
         assert child.pid is not None
 
         def blocked() -> bool:
-            return any(c.get("cmd") in ("blmove", "blpop") and "b" in c.get("flags", "")
-                       for c in client.client_list())  # fmt: skip
+            return any(
+                c.get("cmd") in ("blmove", "blpop") and "b" in c.get("flags", "")
+                for c in client.client_list()
+            )
 
         wait_for(blocked, "the pool's child to block in its dequeue")
         os.kill(child.pid, signal.SIGSTOP)
         with Executor(settings=settings) as executor:
             try:
                 plain = executor.submit([{"name": "list_directory", "arguments": {}}])
-                in_session = executor.submit([{"name": "list_directory", "arguments": {}}],
-                                             session="s1")  # fmt: skip
+                in_session = executor.submit(
+                    [{"name": "list_directory", "arguments": {}}], session="s1"
+                )
             finally:
                 os.kill(child.pid, signal.SIGKILL)
             results = [
@@ -131,8 +139,9 @@ def test_a_two_queue_worker_leaves_no_started_job_in_the_intermediate_lists(
         sessions.create("s1")
         with Executor(settings=settings) as executor:
             for session in (None, "s1", None, "s1"):
-                (result,) = executor.run([{"name": "list_directory", "arguments": {}}],
-                                         session=session)  # fmt: skip
+                (result,) = executor.run(
+                    [{"name": "list_directory", "arguments": {}}], session=session
+                )
                 assert result.status is ToolStatus.OK, result.content
             queues = [executor.queue.name, executor.keys.host_queue_name("default", "h1")]
     for name in queues:

@@ -78,8 +78,11 @@ def test_safe_batch_overlaps_write_runs_alone_and_is_seen(
     assert _ok(results[3]) == "written by wc"
 
     stream = events(client)
-    reads = [e for e in stream if e.call_id in {"ra", "rb"}
-             and e.event in {"tool_execution_started", "tool_result"}]  # fmt: skip
+    reads = [
+        e
+        for e in stream
+        if e.call_id in {"ra", "rb"} and e.event in {"tool_execution_started", "tool_result"}
+    ]
     assert [e.event for e in reads] == ["tool_execution_started"] * 2 + ["tool_result"] * 2
     starts, ends = reads[:2], reads[2:]
     assert max(e.ts for e in starts) < min(e.ts for e in ends)
@@ -194,11 +197,14 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
         wait_for_event(client, "tool_execution_started", "long")
         # The sleep itself, under this worker: a first call may start short-lived children
         # first (the sandbox's probe), which are no sign that the command runs.
-        wait_for(lambda: any(doomed.pid in ancestors(pid) for pid in processes_with(marker)),
-                 "the worker's bash to run its sleep")  # fmt: skip
+        wait_for(
+            lambda: any(doomed.pid in ancestors(pid) for pid in processes_with(marker)),
+            "the worker's bash to run its sleep",
+        )
         collected: list[list[ToolResult]] = []
-        collector = threading.Thread(target=lambda: collected.append(
-            executor.collect(turn, timeout=60)))  # fmt: skip
+        collector = threading.Thread(
+            target=lambda: collected.append(executor.collect(turn, timeout=60))
+        )
         collector.start()
         orphans = pool.kill(doomed)
         killed_at = time.time()

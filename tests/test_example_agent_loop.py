@@ -26,16 +26,23 @@ def test_the_example_agent_loop_runs_offline_to_its_answer() -> None:
     pytest.importorskip("openai", reason="the example uses the openai client (the dev extra)")
     env = {k: v for k, v in python_path_env().items() if not k.startswith("TOOLPOOL_")}
     done = subprocess.run(
-        [sys.executable, "examples/agent_loop.py"], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=PATIENCE_S * 4, check=False,
-    )  # fmt: skip
+        [sys.executable, "examples/agent_loop.py"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S * 4,
+        check=False,
+    )
 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("user: What is this project")
     assert [line.split("(")[0].strip() for line in lines[1:4]] == [
-        "list_directory", "read_file", "grep"
-    ]  # fmt: skip
+        "list_directory",
+        "read_file",
+        "grep",
+    ]
     assert all("(ok)" in line for line in lines[1:4]), lines
     assert re.fullmatch(
         r"assistant: This is toolpool: the folder has \d+ entries, and its demo starts in "

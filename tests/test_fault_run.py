@@ -38,7 +38,7 @@ from tests.support.fault.checks import (
     payload,
     payload_writer,
     recovery_times,
-)  # fmt: skip
+)
 from tests.support.fault.observe import Observer
 from tests.support.fault.proxy import TcpProxy
 from tests.support.fault.run import Config, Harness
@@ -68,8 +68,9 @@ def test_short_fault_run_finds_no_violation() -> None:
 @pytest.mark.slow
 @pytest.mark.proof
 def test_short_fault_run_with_sessions_finds_no_violation() -> None:
-    config = Config(calls=300, workers=6, orchestrators=4, max_faults=5, seed=7, turn_timeout=20,
-                    sessions=3)  # fmt: skip
+    config = Config(
+        calls=300, workers=6, orchestrators=4, max_faults=5, seed=7, turn_timeout=20, sessions=3
+    )
     harness = Harness(config)
     try:
         outcome = harness.run()
@@ -98,11 +99,23 @@ def test_payload_detects_torn_and_mixed_content() -> None:
 def _hold(call_id: str, start: float, end: float, held: bool) -> list[Event]:
     tool = "write_file"
     return [
-        Event(event="lock_acquired", ts=start, call_id=call_id, tool=tool, pid=1,
-              data={"mode": "exclusive"}),
-        Event(event="lock_released", ts=end, call_id=call_id, tool=tool, pid=1,
-              data={"released_at": end, "held": held}),
-    ]  # fmt: skip
+        Event(
+            event="lock_acquired",
+            ts=start,
+            call_id=call_id,
+            tool=tool,
+            pid=1,
+            data={"mode": "exclusive"},
+        ),
+        Event(
+            event="lock_released",
+            ts=end,
+            call_id=call_id,
+            tool=tool,
+            pid=1,
+            data={"released_at": end, "held": held},
+        ),
+    ]
 
 
 def test_overlap_of_two_valid_holds_is_a_violation() -> None:
@@ -126,8 +139,15 @@ def test_lost_holder_is_excused_unless_its_write_landed_after_the_next_grant() -
     kill = [Fault("kill_holder", 25.0, 25.0, pid=1)]
     assert not _violations(check_holds(killed, {}, kill, []))
     assert check_holds(killed, {}, kill, [Sighting("f1.txt", "c", 23.0, 23.1)])[1].violations
-    refused = {"a": CallRecord("a", "write_file", status="error", error_type="lock_lost",
-                               message="The write was not committed: ...")}  # fmt: skip
+    refused = {
+        "a": CallRecord(
+            "a",
+            "write_file",
+            status="error",
+            error_type="lock_lost",
+            message="The write was not committed: ...",
+        )
+    }
     landed = [Sighting("f0.txt", "a", before=9.0, seen=9.5)]
     assert check_holds(events, refused, [], landed)[1].violations
 
@@ -138,8 +158,10 @@ def _violations(results: list[CheckResult]) -> list[str]:
 
 def test_holds_overlap_across_sessions_but_not_within_one() -> None:
     events = _hold("a", 10.0, 12.0, True) + _hold("b", 11.0, 13.0, True)
-    records = {"a": CallRecord("a", "write_file", session="s0"),
-               "b": CallRecord("b", "write_file", session="s1")}  # fmt: skip
+    records = {
+        "a": CallRecord("a", "write_file", session="s0"),
+        "b": CallRecord("b", "write_file", session="s1"),
+    }
     valid, within, fenced = check_holds(events, records, [], [], sessions=True)
     assert not valid.violations + within.violations + fenced.violations
     assert "exclusive holds of two sessions at once (allowed): 1" in within.notes
@@ -149,13 +171,17 @@ def test_holds_overlap_across_sessions_but_not_within_one() -> None:
     records["c"] = CallRecord("c", "write_file", session="s0")
     valid, within, _ = check_holds(events, records, [], [], sessions=True)
     assert not valid.violations
-    assert within.violations == ["both leases valid: write_file a [10.000..12.000] vs write_file"
-                                 " c from 11.500"]  # fmt: skip
+    assert within.violations == [
+        "both leases valid: write_file a [10.000..12.000] vs write_file c from 11.500"
+    ]
     # Two calls without a session share the workers' own scope (1a), a session's call not.
     events = _hold("d", 20.0, 22.0, True) + _hold("e", 21.0, 23.0, True)
     events += _hold("f", 21.0, 23.0, True)
-    records = {"d": CallRecord("d", "bash"), "e": CallRecord("e", "bash"),
-               "f": CallRecord("f", "bash", session="s0")}  # fmt: skip
+    records = {
+        "d": CallRecord("d", "bash"),
+        "e": CallRecord("e", "bash"),
+        "f": CallRecord("f", "bash", session="s0"),
+    }
     valid, within, _ = check_holds(events, records, [], [], sessions=True)
     assert [v.split(" [")[0] for v in valid.violations] == ["both leases valid: write_file d"]
     assert not within.violations
@@ -163,16 +189,22 @@ def test_holds_overlap_across_sessions_but_not_within_one() -> None:
 
 def test_file_checks_run_per_folder() -> None:
     init = payload("init", 1)
-    records = {"x": CallRecord("x", "edit_file", status="ok", session="s0"),
-               "w": CallRecord("w", "write_file", status="ok", session="s0"),
-               "b": CallRecord("b", "bash", status="ok", session="s0")}  # fmt: skip
-    finals = {"": {"f0.txt": init, EDIT_LOG: EDIT_LOG_START},
-              "s0": {"f0.txt": payload("w", 2), EDIT_LOG: "edits:\ne=x\nEND\n"}}  # fmt: skip
+    records = {
+        "x": CallRecord("x", "edit_file", status="ok", session="s0"),
+        "w": CallRecord("w", "write_file", status="ok", session="s0"),
+        "b": CallRecord("b", "bash", status="ok", session="s0"),
+    }
+    finals = {
+        "": {"f0.txt": init, EDIT_LOG: EDIT_LOG_START},
+        "s0": {"f0.txt": payload("w", 2), EDIT_LOG: "edits:\ne=x\nEND\n"},
+    }
     seen = [Sighting("f0.txt", "w", 1.0, 1.1, folder="s0")]
     assert not check_folders(finals, seen, records, {"s0": ["b"]}).violations
     # The edit in the workspace's log instead of its session's: lost there, misplaced here.
-    moved = {"": {**finals[""], EDIT_LOG: "edits:\ne=x\nEND\n"},
-             "s0": {**finals["s0"], EDIT_LOG: EDIT_LOG_START}}  # fmt: skip
+    moved = {
+        "": {**finals[""], EDIT_LOG: "edits:\ne=x\nEND\n"},
+        "s0": {**finals["s0"], EDIT_LOG: EDIT_LOG_START},
+    }
     found = check_folders(moved, seen, records, {}).violations
     assert any("session s0: edit x succeeded but is not in edits.log" in v for v in found)
     assert any("edit_file x of session s0 is in the workspace's edits.log" in v for v in found)
@@ -187,8 +219,10 @@ def test_file_checks_run_per_folder() -> None:
 
 
 def test_recovery_waits_for_the_next_grant_of_the_holders_scope() -> None:
-    events = [Event(event="lock_acquired", ts=10.1, call_id="b", pid=2),
-              Event(event="lock_acquired", ts=10.5, call_id="c", pid=3)]  # fmt: skip
+    events = [
+        Event(event="lock_acquired", ts=10.1, call_id="b", pid=2),
+        Event(event="lock_acquired", ts=10.5, call_id="c", pid=3),
+    ]
     kill = [Fault("kill_holder", 10.0, 10.0, pid=1, call_id="a")]
     assert recovery_times(events, kill)["kill_holder: next grant"] == pytest.approx([0.1])
     scope_of = {"a": "s0", "b": "s1", "c": "s0"}
@@ -212,9 +246,14 @@ def test_results_check_finds_lost_doubled_and_misreported_calls() -> None:
     records = {
         "a": CallRecord("a", "bash"),
         "b": CallRecord("b", "bash", status="ok", stored=("ok", None)),
-        "c": CallRecord("c", "bash", status="error", error_type="lock_unavailable",
-                        stored=("error", "lock_unavailable")),
-    }  # fmt: skip
+        "c": CallRecord(
+            "c",
+            "bash",
+            status="error",
+            error_type="lock_unavailable",
+            stored=("error", "lock_unavailable"),
+        ),
+    }
     started = [Event(event="tool_execution_started", call_id="b") for _ in range(2)]
     found = check_results(records, started, [], ["c"]).violations
     assert any("no result for a" in v for v in found)

@@ -51,8 +51,17 @@ MAX_TURN = 8
 EXPECTED_ERRORS = {ErrorType.INVALID_ARGUMENTS, ErrorType.UNKNOWN_TOOL, ErrorType.TOOL_ERROR}
 UNKNOWN_NAMES = ("no_such_tool", "Read_File", "grep2", "rm", "__import__", "Bash")
 TOOLS = {t.name: t for t in dist_tools.registry()}
-NINE = ("get_weather", "calculator", "read_file", "write_file", "list_directory",
-        "edit_file", "glob", "grep", "bash")  # fmt: skip
+NINE = (
+    "get_weather",
+    "calculator",
+    "read_file",
+    "write_file",
+    "list_directory",
+    "edit_file",
+    "glob",
+    "grep",
+    "bash",
+)
 # The marker's longest form (with a note of where the full output is kept) fits in this.
 MARKER_ALLOWANCE = len(marker(10**9, 10**9, "x" * 120))
 
@@ -85,8 +94,7 @@ def _snapshot(folder: Path) -> dict[str, str]:
 
 
 def _loose_registry() -> ToolRegistry:
-    stand_ins = [dataclasses.replace(dist_tools.ghost, name=name)
-                 for name in UNKNOWN_NAMES]  # fmt: skip
+    stand_ins = [dataclasses.replace(dist_tools.ghost, name=name) for name in UNKNOWN_NAMES]
     return ToolRegistry(
         dataclasses.replace(t, validator=dict) for t in [*TOOLS.values(), *stand_ins]
     )
@@ -108,12 +116,19 @@ def fuzzing(
     os.symlink(outside, root / "link_out")
     os.symlink(outside / "secret.txt", root / "secret_link")
     settings_ = Settings(
-        redis_url=redis_server.url, key_prefix=f"fuzz-{uuid.uuid4().hex[:8]}", workspace=root,
-        lock_lease_ms=5000, bash_default_timeout=3.0, bash_max_timeout=3.0,
-        bash_sandbox="required" if SANDBOXED else "auto", bash_max_processes=64,
+        redis_url=redis_server.url,
+        key_prefix=f"fuzz-{uuid.uuid4().hex[:8]}",
+        workspace=root,
+        lock_lease_ms=5000,
+        bash_default_timeout=3.0,
+        bash_max_timeout=3.0,
+        bash_sandbox="required" if SANDBOXED else "auto",
+        bash_max_processes=64,
         # Nothing listens on port 9 (discard): get_weather fails at once, offline.
-        weather_url="http://127.0.0.1:9", geocoding_url="http://127.0.0.1:9", http_timeout=1.0,
-    )  # fmt: skip
+        weather_url="http://127.0.0.1:9",
+        geocoding_url="http://127.0.0.1:9",
+        http_timeout=1.0,
+    )
     workers = Workers(settings_, base / "logs")
     try:
         started = workers.start(2)
@@ -129,38 +144,95 @@ _ODD = st.text(
     max_size=40,
 )
 _PATHS = st.sampled_from(
-    ["a.txt", "dir", "dir/b.txt", "new.txt", "dir/new/c.txt", ".", "", "..", "../outside",
-     "../outside/secret.txt", "/etc/passwd", "/proc/self/environ", "/proc/self/cwd", "~",
-     "link_out", "link_out/secret.txt", "link_out/../../outside/secret.txt", "secret_link",
-     "dir/../../outside", "a.txt\x00.png", "//", "a.txt/", "./dir/./b.txt"]
-)  # fmt: skip
+    [
+        "a.txt",
+        "dir",
+        "dir/b.txt",
+        "new.txt",
+        "dir/new/c.txt",
+        ".",
+        "",
+        "..",
+        "../outside",
+        "../outside/secret.txt",
+        "/etc/passwd",
+        "/proc/self/environ",
+        "/proc/self/cwd",
+        "~",
+        "link_out",
+        "link_out/secret.txt",
+        "link_out/../../outside/secret.txt",
+        "secret_link",
+        "dir/../../outside",
+        "a.txt\x00.png",
+        "//",
+        "a.txt/",
+        "./dir/./b.txt",
+    ]
+)
 _PATH_LIKE = st.one_of(_PATHS, _PATHS, _ODD)
 _WRONG = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.lists(st.integers(), max_size=3),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.lists(st.integers(), max_size=3),
     st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
-)  # fmt: skip
+)
 # Only a sandboxed bash may be given hostile commands: unconfined, they would do the harm.
 SANDBOXED = probe(False).bwrap is not None
 # The daemons the hostile commands start: none may outlive its call.
 _DAEMON = sleep_marker()
-_HOSTILE = ["echo pwned > ../outside/secret.txt", "rm -rf ../outside link_out/sub",
-            "cat ../outside/secret.txt", "echo pwned > /etc/toolpool-fuzz", "rm -rf ~ /root",
-            "kill -9 -1", f"setsid sleep {_DAEMON} & echo daemon", f"( ( sleep {_DAEMON} & ) & )",
-            ":(){ :|:& };:", "cat /proc/1/environ | tr '\\0' '\\n'"]  # fmt: skip
+_HOSTILE = [
+    "echo pwned > ../outside/secret.txt",
+    "rm -rf ../outside link_out/sub",
+    "cat ../outside/secret.txt",
+    "echo pwned > /etc/toolpool-fuzz",
+    "rm -rf ~ /root",
+    "kill -9 -1",
+    f"setsid sleep {_DAEMON} & echo daemon",
+    f"( ( sleep {_DAEMON} & ) & )",
+    ":(){ :|:& };:",
+    "cat /proc/1/environ | tr '\\0' '\\n'",
+]
 _BASH = st.one_of(
-    st.sampled_from(["echo hi", "ls -la", "cat a.txt", "pwd", "true", "exit 3",
-                     "echo err >&2", "printf 'x%.0s' $(seq 5000)", "echo made > made.txt",
-                     "sleep 5", "head -c 100000 /dev/zero | tr '\\0' y",
-                     *(_HOSTILE if SANDBOXED else [])]),
+    st.sampled_from(
+        [
+            "echo hi",
+            "ls -la",
+            "cat a.txt",
+            "pwd",
+            "true",
+            "exit 3",
+            "echo err >&2",
+            "printf 'x%.0s' $(seq 5000)",
+            "echo made > made.txt",
+            "sleep 5",
+            "head -c 100000 /dev/zero | tr '\\0' y",
+            *(_HOSTILE if SANDBOXED else []),
+        ]
+    ),
     _ODD.map(lambda text: "echo " + shlex.quote(text)),
-)  # fmt: skip
+)
 _EXPRESSIONS = st.one_of(
-    st.sampled_from(["1+1", "2**10", "9**9**9", "sqrt(-1)", "1/0", "factorial(5000)",
-                     "__import__('os')", "(" * 300, "max()", "pi*e", "10**-400"]),
+    st.sampled_from(
+        [
+            "1+1",
+            "2**10",
+            "9**9**9",
+            "sqrt(-1)",
+            "1/0",
+            "factorial(5000)",
+            "__import__('os')",
+            "(" * 300,
+            "max()",
+            "pi*e",
+            "10**-400",
+        ]
+    ),
     _ODD,
-)  # fmt: skip
-_PATTERNS = st.one_of(st.sampled_from(["alpha", "a|b", "(", "[", "**/*.txt", "{a,b}*", "*"]),
-                      _ODD)  # fmt: skip
+)
+_PATTERNS = st.one_of(st.sampled_from(["alpha", "a|b", "(", "[", "**/*.txt", "{a,b}*", "*"]), _ODD)
 
 _RIGHT: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "get_weather": {"location": _ODD, "units": st.sampled_from(["celsius", "fahrenheit", "K"])},
@@ -168,12 +240,16 @@ _RIGHT: dict[str, dict[str, st.SearchStrategy[Any]]] = {
     "read_file": {"path": _PATH_LIKE, "offset": st.integers(-2, 5), "limit": st.integers(-1, 3000)},
     "write_file": {"path": _PATH_LIKE, "content": _ODD},
     "list_directory": {"path": _PATH_LIKE},
-    "edit_file": {"path": _PATH_LIKE, "old_string": _ODD, "new_string": _ODD,
-                  "replace_all": st.booleans()},
+    "edit_file": {
+        "path": _PATH_LIKE,
+        "old_string": _ODD,
+        "new_string": _ODD,
+        "replace_all": st.booleans(),
+    },
     "glob": {"pattern": _PATTERNS, "path": _PATH_LIKE},
     "grep": {"pattern": _PATTERNS, "path": _PATH_LIKE},
     "bash": {"command": _BASH, "timeout": st.integers(1, 3)},
-}  # fmt: skip
+}
 
 
 @st.composite
@@ -207,8 +283,12 @@ _EXAMPLES = max(1, round(FUZZ_CALLS / 3))
 # ---------------------------------------------------------------------------------- the test
 
 
-@settings(max_examples=_EXAMPLES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+@settings(
+    max_examples=_EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(turn=_TURNS)
 def test_random_calls_get_one_expected_result_each_and_harm_nothing(
     fuzzing: Fuzzing, turn: list[dict[str, Any]]

@@ -136,8 +136,12 @@ def hostile(
     root.mkdir()
     outside.mkdir()
     (outside / "secret.txt").write_text(SECRET + "\n")
-    settings = Settings(redis_url=redis_server.url, key_prefix=f"hostile-{uuid.uuid4().hex[:8]}",
-                        workspace=root, lock_lease_ms=5000)  # fmt: skip
+    settings = Settings(
+        redis_url=redis_server.url,
+        key_prefix=f"hostile-{uuid.uuid4().hex[:8]}",
+        workspace=root,
+        lock_lease_ms=5000,
+    )
     workers = Workers(settings, base / "logs")
     try:
         started = workers.start(2, registry=REGISTRY)
@@ -164,20 +168,27 @@ def h(hostile: Hostile) -> Iterator[Hostile]:
         ("read_file", {}, ErrorType.INVALID_ARGUMENTS, "path"),
         ("read_file", {"path": "normal.txt", "mode": "rb"}, ErrorType.INVALID_ARGUMENTS, "mode"),
         ("read_file", {"path": "normal.txt", "limit": -5}, ErrorType.INVALID_ARGUMENTS, "limit"),
-        ("write_file", {"path": "x.txt", "content": {"a": 1}}, ErrorType.INVALID_ARGUMENTS,
-         "content"),
+        (
+            "write_file",
+            {"path": "x.txt", "content": {"a": 1}},
+            ErrorType.INVALID_ARGUMENTS,
+            "content",
+        ),
         ("edit_file", {"path": "x.txt"}, ErrorType.INVALID_ARGUMENTS, "old_string"),
         ("list_directory", {"path": ["."]}, ErrorType.INVALID_ARGUMENTS, "path"),
         ("glob", {"pattern": None}, ErrorType.INVALID_ARGUMENTS, "pattern"),
         ("grep", {"pattern": 7.5}, ErrorType.INVALID_ARGUMENTS, "pattern"),
         ("calculator", {"expression": [1, 2]}, ErrorType.INVALID_ARGUMENTS, "expression"),
-        ("bash", {"command": "echo hi", "timeout": "soon"}, ErrorType.INVALID_ARGUMENTS,
-         "timeout"),
-        ("get_weather", {"location": "Paris", "units": "kelvin"}, ErrorType.INVALID_ARGUMENTS,
-         "units"),
+        ("bash", {"command": "echo hi", "timeout": "soon"}, ErrorType.INVALID_ARGUMENTS, "timeout"),
+        (
+            "get_weather",
+            {"location": "Paris", "units": "kelvin"},
+            ErrorType.INVALID_ARGUMENTS,
+            "units",
+        ),
         ("no_such_tool", {}, ErrorType.UNKNOWN_TOOL, "no_such_tool"),
     ],
-)  # fmt: skip
+)
 def test_wrong_missing_and_extra_arguments_and_unknown_tools_are_refused_by_the_worker(
     h: Hostile, name: str, arguments: dict[str, Any], error_type: ErrorType, word: str
 ) -> None:
@@ -207,15 +218,15 @@ def test_a_job_whose_data_is_not_json_is_refused_and_the_worker_lives(
 ) -> None:
     root = tmp_path / "ws"
     root.mkdir()
-    settings = Settings(redis_url=redis_server.url, key_prefix=f"garbage-{uuid.uuid4().hex[:8]}",
-                        workspace=root)  # fmt: skip
+    settings = Settings(
+        redis_url=redis_server.url, key_prefix=f"garbage-{uuid.uuid4().hex[:8]}", workspace=root
+    )
     workers = Workers(settings, tmp_path / "logs")
     client = redis.Redis.from_url(redis_server.url)
     try:
         (worker,) = workers.start(1, registry=REGISTRY)
         queue = call_queue(client, Keys(settings.key_prefix), settings.queue)
-        garbage = Job.create(ENTRY_POINT, args=({},), connection=client,
-                             serializer=JSONSerializer)  # fmt: skip
+        garbage = Job.create(ENTRY_POINT, args=({},), connection=client, serializer=JSONSerializer)
         garbage.save()
         client.hset(garbage.key, "data", b"\xff\x00 not json {")
         queue.push_job_id(garbage.id)
@@ -247,8 +258,11 @@ def test_a_job_whose_data_is_not_json_is_refused_and_the_worker_lives(
 def test_toolpool_run_input_that_is_not_calls_is_a_usage_error(
     h: Hostile, text: str, message: str
 ) -> None:
-    env = {"TOOLPOOL_REDIS_URL": str(h.settings.redis_url), "TOOLPOOL_WORKSPACE": str(h.root),
-           "TOOLPOOL_KEY_PREFIX": h.settings.key_prefix}  # fmt: skip
+    env = {
+        "TOOLPOOL_REDIS_URL": str(h.settings.redis_url),
+        "TOOLPOOL_WORKSPACE": str(h.root),
+        "TOOLPOOL_KEY_PREFIX": h.settings.key_prefix,
+    }
     result = CliRunner().invoke(main, ["run", "-"], input=text, env=env)
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
@@ -464,9 +478,18 @@ def _cmdline(pid: int) -> bytes:
 
 @pytest.mark.parametrize(
     "expression",
-    ["9**9**9", "2**100000000", "10**10**10", "(" * 150 + "1" + ")" * 150,
-     "-" * 5000 + "1", "1+" * 499 + "1", "factorial(100000)", "2**-99999999", "1e308*1e308"],
-)  # fmt: skip
+    [
+        "9**9**9",
+        "2**100000000",
+        "10**10**10",
+        "(" * 150 + "1" + ")" * 150,
+        "-" * 5000 + "1",
+        "1+" * 499 + "1",
+        "factorial(100000)",
+        "2**-99999999",
+        "1e308*1e308",
+    ],
+)
 def test_calculator_bombs_are_refused_quickly(h: Hostile, expression: str) -> None:
     started = time.monotonic()
     result = h.one("calculator", expression=expression)
@@ -481,10 +504,20 @@ def test_calculator_bombs_are_refused_quickly(h: Hostile, expression: str) -> No
 def test_path_escapes_are_refused_by_every_file_tool(h: Hostile) -> None:
     os.symlink(h.outside, h.root / "link_out")
     os.symlink(h.outside / "secret.txt", h.root / "secret_link")
-    escapes = ["../outside/secret.txt", "../outside", str(h.outside / "secret.txt"),
-               str(h.outside), "link_out/secret.txt", "link_out", "secret_link",
-               "/proc/self/environ", "/proc/self/root/etc/passwd", "/etc/passwd", "~",
-               "awkward/../../outside/secret.txt"]  # fmt: skip
+    escapes = [
+        "../outside/secret.txt",
+        "../outside",
+        str(h.outside / "secret.txt"),
+        str(h.outside),
+        "link_out/secret.txt",
+        "link_out",
+        "secret_link",
+        "/proc/self/environ",
+        "/proc/self/root/etc/passwd",
+        "/etc/passwd",
+        "~",
+        "awkward/../../outside/secret.txt",
+    ]
     calls = []
     for path in escapes:
         calls += [

@@ -134,8 +134,14 @@ def test_a_call_with_unreadable_arguments_is_answered_and_the_turn_runs(
             if item.event == "tool_execution_started"
         }
     assert [r.call_id for r in results] == ["comma", "calc", "array", "cut", "read", "write"]
-    assert [r.error_type for r in results] == [ErrorType.INVALID_ARGUMENTS, None,
-        ErrorType.INVALID_ARGUMENTS, ErrorType.INVALID_ARGUMENTS, None, None]  # fmt: skip
+    assert [r.error_type for r in results] == [
+        ErrorType.INVALID_ARGUMENTS,
+        None,
+        ErrorType.INVALID_ARGUMENTS,
+        ErrorType.INVALID_ARGUMENTS,
+        None,
+        None,
+    ]
     assert results[0].content == (
         f"Invalid arguments for tool 'read_file':\n- {MISSING_COMMA_ERROR}\n"
         "Fix the arguments and call the tool again."
@@ -160,8 +166,9 @@ def test_run_answers_unreadable_arguments_without_raising(
 ) -> None:
     with Executor(settings=settings, registry=builtin_registry()) as executor:
         # Every call is answered by the client: nothing to wait for, nothing to drain.
-        results = executor.run([_openai("a", "read_file", TRUNCATED),
-                                _openai("b", "calculator", "[]")], timeout=10)  # fmt: skip
+        results = executor.run(
+            [_openai("a", "read_file", TRUNCATED), _openai("b", "calculator", "[]")], timeout=10
+        )
         assert executor.queue.count == 0
     assert [r.error_type for r in results] == [ErrorType.INVALID_ARGUMENTS] * 2
     assert all(isinstance(r, ToolResult) for r in results)
@@ -203,9 +210,14 @@ def test_a_misspelt_tool_gets_the_same_suggestion_from_client_and_worker(
 
 @pytest.mark.parametrize(
     ("name", "meant"),
-    [("READ_FILE", "read_file"), ("functions.grep", "grep"), ("writefile", "write_file"),
-     ("nope", None), ("ls", None)],
-)  # fmt: skip
+    [
+        ("READ_FILE", "read_file"),
+        ("functions.grep", "grep"),
+        ("writefile", "write_file"),
+        ("nope", None),
+        ("ls", None),
+    ],
+)
 def test_the_suggestion_is_only_a_close_name(name: str, meant: str | None) -> None:
     answer = check_call(ToolCall(name=name), builtin_registry())
     assert isinstance(answer, ToolResult)

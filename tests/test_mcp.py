@@ -42,8 +42,17 @@ from workers import builtin_registry
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
-NINE = {"get_weather", "calculator", "read_file", "write_file", "list_directory", "edit_file",
-        "glob", "grep", "bash"}  # fmt: skip
+NINE = {
+    "get_weather",
+    "calculator",
+    "read_file",
+    "write_file",
+    "list_directory",
+    "edit_file",
+    "glob",
+    "grep",
+    "bash",
+}
 READ_ONLY = {"read_file", "list_directory", "glob", "grep", "get_weather", "calculator"}
 DESTRUCTIVE = {"write_file", "edit_file", "bash"}
 # The whole of one test's conversation with the server; only a broken server reaches it.
@@ -153,8 +162,9 @@ def test_settings_from_the_environment_alone(
 
     async def scenario() -> None:
         # No --redis, no --prefix: TOOLPOOL_REDIS_URL and TOOLPOOL_KEY_PREFIX say where.
-        async with stdio_session(None, server_log, TOOLPOOL_REDIS_URL=redis_url,
-                                 TOOLPOOL_KEY_PREFIX="toolpool") as client:  # fmt: skip
+        async with stdio_session(
+            None, server_log, TOOLPOOL_REDIS_URL=redis_url, TOOLPOOL_KEY_PREFIX="toolpool"
+        ) as client:
             answers.append(ok_text(await client.call_tool("calculator", {"expression": "6*7"})))
 
     run(scenario)
@@ -172,14 +182,13 @@ def test_calls_each_builtin_tool_on_the_pool(
             calls: list[tuple[str, dict[str, Any]]] = [
                 ("write_file", {"path": "notes/a.txt", "content": "alpha\nbeta\n"}),
                 ("read_file", {"path": "notes/a.txt"}),
-                ("edit_file", {"path": "notes/a.txt", "old_string": "beta",
-                               "new_string": "gamma"}),
+                ("edit_file", {"path": "notes/a.txt", "old_string": "beta", "new_string": "gamma"}),
                 ("list_directory", {"path": "notes"}),
                 ("glob", {"pattern": "**/*.txt"}),
                 ("grep", {"pattern": "gamma"}),
                 ("bash", {"command": "echo hi from $((6 * 7))"}),
                 ("calculator", {"expression": "6*7"}),
-            ]  # fmt: skip
+            ]
             for name, arguments in calls:
                 texts[name] = ok_text(await client.call_tool(name, arguments))
             weather.append(await client.call_tool("get_weather", {"city": "Berlin"}))
@@ -266,16 +275,24 @@ def test_http_with_a_token_refuses_requests_without_it(
     answers: list[str] = []
 
     initialize = {
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}},
-    }  # fmt: skip
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
     accept = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
     async def scenario(url: str) -> None:
         async with httpx2.AsyncClient(timeout=PATIENCE_S) as http:
-            for label, extra in (("none", {}), ("wrong", {"Authorization": "Bearer nope"}),
-                                 ("not bearer", {"Authorization": token})):  # fmt: skip
+            for label, extra in (
+                ("none", {}),
+                ("wrong", {"Authorization": "Bearer nope"}),
+                ("not bearer", {"Authorization": token}),
+            ):
                 response = await http.post(
                     url, content=json.dumps(initialize), headers={**accept, **extra}
                 )
@@ -309,8 +326,11 @@ def test_two_http_clients_at_once_each_write_and_read_their_file(
                     ready.set()
                 # Both sessions are open before either calls: they overlap on the server.
                 await ready.wait()
-                wrote = ok_text(await client.call_tool(
-                    "write_file", {"path": f"{name}.txt", "content": content}))  # fmt: skip
+                wrote = ok_text(
+                    await client.call_tool(
+                        "write_file", {"path": f"{name}.txt", "content": content}
+                    )
+                )
                 assert wrote == f"Successfully wrote {len(content)} bytes to {name}.txt"
                 read_back[name] = ok_text(
                     await client.call_tool("read_file", {"path": f"{name}.txt"})
@@ -346,8 +366,10 @@ def test_two_clients_exclusive_calls_take_turns_on_the_lock(
     with http_server(redis_url, server_log) as url:
         run(lambda: scenario(url))
     trace = (workspace / "trace").read_text().split()
-    assert trace in (["start-a", "end-a", "start-b", "end-b"],
-                     ["start-b", "end-b", "start-a", "end-a"]), trace  # fmt: skip
+    assert trace in (
+        ["start-a", "end-a", "start-b", "end-b"],
+        ["start-b", "end-b", "start-a", "end-a"],
+    ), trace
 
 
 def test_exclusive_calls_of_clients_in_different_sessions_run_together(
@@ -358,15 +380,19 @@ def test_exclusive_calls_of_clients_in_different_sessions_run_together(
     _sessions_pool(redis_url, tmp_path, make_workers, 2)
     meet = tmp_path / "meet"
     meet.mkdir()
-    command = ("touch {meet}/{me}; n=0; until [ -e {meet}/{other} ]; do n=$((n+1)); "
-               "[ $n -gt 1200 ] && exit 3; sleep 0.05; done; echo met")  # fmt: skip
+    command = (
+        "touch {meet}/{me}; n=0; until [ -e {meet}/{other} ]; do n=$((n+1)); "
+        "[ $n -gt 1200 ] && exit 3; sleep 0.05; done; echo met"
+    )
     texts: dict[str, str] = {}
 
     async def scenario(url: str) -> None:
         async def client(me: str, other: str) -> None:
             async with http_session(url, mode="legacy") as session:
-                result = await session.call_tool("bash", {"command": command.format(
-                    meet=meet, me=me, other=other), "timeout": 120})  # fmt: skip
+                result = await session.call_tool(
+                    "bash",
+                    {"command": command.format(meet=meet, me=me, other=other), "timeout": 120},
+                )
                 texts[me] = text_of(result)
 
         async with anyio.create_task_group() as group:
@@ -466,8 +492,13 @@ def _sessions_pool(
     """Workers that serve sessions only (in tmp_path/sessions); the settings, the root."""
     sessions_root = tmp_path / "sessions"
     sessions_root.mkdir()
-    settings = Settings(redis_url=redis_url, sessions_root=sessions_root, workspace=sessions_root,
-                        serve_pool_calls=False, bash_sandbox="off")  # fmt: skip
+    settings = Settings(
+        redis_url=redis_url,
+        sessions_root=sessions_root,
+        workspace=sessions_root,
+        serve_pool_calls=False,
+        bash_sandbox="off",
+    )
     make_workers(settings).start(workers, registry="workers:builtin_registry")
     return settings, Path(os.path.realpath(sessions_root))
 
@@ -569,18 +600,33 @@ def test_a_client_that_goes_away_mid_call_leaves_nothing_running(
     # no cancel sent. The server must end, and the call it had on the pool with it.
     marker = sleep_marker()
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1], "capabilities": {},
-                    "clientInfo": {"name": "vanishing", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
+                "capabilities": {},
+                "clientInfo": {"name": "vanishing", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-         "params": {"name": "bash", "arguments": {"command": f"sleep {marker}", "timeout": 500}}},
-    ]  # fmt: skip
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": f"sleep {marker}", "timeout": 500}},
+        },
+    ]
     with server_log.open("ab") as errlog:
         server = subprocess.Popen(
-            [*TOOLPOOL, "mcp", "--redis", redis_url], env=mcp_env(), cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errlog,
-        )  # fmt: skip
+            [*TOOLPOOL, "mcp", "--redis", redis_url],
+            env=mcp_env(),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errlog,
+        )
     try:
         assert server.stdin is not None
         server.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
@@ -604,18 +650,33 @@ def test_a_server_whose_stdout_is_a_file_still_answers(
     # through the SDK's threads instead of the loop's pipes, and answers the same.
     answers = tmp_path / "answers.jsonl"
     messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1], "capabilities": {},
-                    "clientInfo": {"name": "file", "version": "0"}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": HANDSHAKE_PROTOCOL_VERSIONS[-1],
+                "capabilities": {},
+                "clientInfo": {"name": "file", "version": "0"},
+            },
+        },
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-         "params": {"name": "calculator", "arguments": {"expression": "6*7"}}},
-    ]  # fmt: skip
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "calculator", "arguments": {"expression": "6*7"}},
+        },
+    ]
     with server_log.open("ab") as errlog, answers.open("wb") as out:
         server = subprocess.Popen(
-            [*TOOLPOOL, "mcp", "--redis", redis_url], env=mcp_env(), cwd=ROOT,
-            stdin=subprocess.PIPE, stdout=out, stderr=errlog,
-        )  # fmt: skip
+            [*TOOLPOOL, "mcp", "--redis", redis_url],
+            env=mcp_env(),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=errlog,
+        )
     try:
         assert server.stdin is not None
         server.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))

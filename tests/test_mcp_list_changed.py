@@ -94,9 +94,12 @@ async def stdio_client_of(
     args = ["-m", "executor.cli", "mcp", "--redis", redis_url]
     params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(), cwd=ROOT)
     with log.open("a") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode=mode,
-                          message_handler=told.handler(mode),
-                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+        async with Client(
+            stdio_client(params, errlog=errlog),
+            mode=mode,
+            message_handler=told.handler(mode),
+            read_timeout_seconds=PATIENCE_S * 2,
+        ) as client:
             yield client
 
 
@@ -112,8 +115,12 @@ async def http_client_of(url: str, mode: str, told: Told) -> AsyncIterator[Clien
     timeout = httpx2.Timeout(PATIENCE_S, read=PATIENCE_S * 4)
     async with httpx2.AsyncClient(timeout=timeout, event_hooks={"response": [on_response]}) as http:
         transport = streamable_http_client(url, http_client=http)
-        async with Client(transport, mode=mode, message_handler=told.handler(mode),
-                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+        async with Client(
+            transport,
+            mode=mode,
+            message_handler=told.handler(mode),
+            read_timeout_seconds=PATIENCE_S * 2,
+        ) as client:
             if mode == "legacy":
                 with anyio.fail_after(PATIENCE_S):
                     await get_stream_open.wait()
@@ -225,11 +232,27 @@ def test_the_http_server_stops_while_a_client_listens(
     # that never ends by itself, so the server must end it (gracefully) when told to stop.
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [*TOOLPOOL, "mcp", "--http", "--host", "127.0.0.1", "--port", str(port),
-            "--redis", redis_url]  # fmt: skip
+    argv = [
+        *TOOLPOOL,
+        "mcp",
+        "--http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+    ]
     with server_log.open("ab") as stderr:
-        server = subprocess.Popen(argv, env=mcp_env(), cwd=ROOT, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+        server = subprocess.Popen(
+            argv,
+            env=mcp_env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     ended: list[str] = []
 
     async def scenario() -> None:

@@ -60,18 +60,23 @@ def test_a_denied_tool_and_a_check_hold_for_mcp_clients_and_turns(
         async def mcp_client() -> tuple[list[str], list[types.CallToolResult]]:
             async with http_session(url) as client:
                 listed = [tool.name for tool in (await client.list_tools()).tools]
-                calls = [await client.call_tool("bash", {"command": "echo hi"}),
-                         await client.call_tool("read_file", {"path": "secret.txt"}),
-                         await client.call_tool("read_file", {"path": "a.txt"})]  # fmt: skip
+                calls = [
+                    await client.call_tool("bash", {"command": "echo hi"}),
+                    await client.call_tool("read_file", {"path": "secret.txt"}),
+                    await client.call_tool("read_file", {"path": "a.txt"}),
+                ]
             return listed, calls
 
         listed, (denied, secret, fine) = anyio.run(mcp_client)
         with httpx2.Client(base_url=url.removesuffix("/mcp"), timeout=PATIENCE_S * 2) as http:
-            turn = http.post("/turns", json=[
-                _call("r", "read_file", path="a.txt"),
-                _call("s", "read_file", path="secret.txt"),
-                _call("w", "write_file", path="b.txt", content="after the refusal"),
-            ]).json()  # fmt: skip
+            turn = http.post(
+                "/turns",
+                json=[
+                    _call("r", "read_file", path="a.txt"),
+                    _call("s", "read_file", path="secret.txt"),
+                    _call("w", "write_file", path="b.txt", content="after the refusal"),
+                ],
+            ).json()
 
     assert "bash" not in listed
     assert "read_file" in listed
@@ -113,8 +118,9 @@ def test_an_approval_hook_refuses_writes_and_lets_reads_through(
     redis_url: str, pool: Workers, server_log: Path, workspace: Path
 ) -> None:
     async def scenario() -> tuple[types.CallToolResult, types.CallToolResult]:
-        async with stdio_session(redis_url, server_log, "auto", "--approve",
-                                 "tests.support.policy:approve_nothing") as client:  # fmt: skip
+        async with stdio_session(
+            redis_url, server_log, "auto", "--approve", "tests.support.policy:approve_nothing"
+        ) as client:
             write = await client.call_tool("write_file", {"path": "w.txt", "content": "x"})
             read = await client.call_tool("read_file", {"path": "a.txt"})
         return write, read
@@ -131,8 +137,9 @@ def test_a_hook_that_raises_refuses_the_call_and_the_server_serves_on(
     redis_url: str, pool: Workers, server_log: Path
 ) -> None:
     async def scenario() -> tuple[types.CallToolResult, list[str]]:
-        async with stdio_session(redis_url, server_log, "auto", "--check",
-                                 "tests.support.policy:broken") as client:  # fmt: skip
+        async with stdio_session(
+            redis_url, server_log, "auto", "--check", "tests.support.policy:broken"
+        ) as client:
             refused = await client.call_tool("calculator", {"expression": "1+1"})
             listed = [tool.name for tool in (await client.list_tools()).tools]
         return refused, listed

@@ -73,9 +73,9 @@ def test_a_turn_comes_back_in_order_with_read_after_write(turns: httpx2.Client) 
 
 def test_a_turn_submitted_without_waiting_is_collected_by_its_id(turns: httpx2.Client) -> None:
     submitted = turns.post(
-        "/turns", json={"calls": [_call("s", "bash", command="sleep 0.5; echo later")],
-                        "wait": False},
-    )  # fmt: skip
+        "/turns",
+        json={"calls": [_call("s", "bash", command="sleep 0.5; echo later")], "wait": False},
+    )
     assert submitted.status_code == 202, submitted.text
     turn_id = submitted.json()["turn_id"]
 
@@ -90,10 +90,15 @@ def test_polling_a_running_turn_leaves_it_running(turns: httpx2.Client, workspac
     # The call waits for a file only this test writes: it is still running at the first GET.
     command = "while [ ! -e go ]; do sleep 0.05; done; echo released"
     submitted = turns.post(
-        "/turns", json={"calls": [_call("r", "read_file", path="a.txt"),
-                                  _call("held", "bash", command=command, timeout=120)],
-                        "wait": False},
-    )  # fmt: skip
+        "/turns",
+        json={
+            "calls": [
+                _call("r", "read_file", path="a.txt"),
+                _call("held", "bash", command=command, timeout=120),
+            ],
+            "wait": False,
+        },
+    )
     turn_id = submitted.json()["turn_id"]
 
     early = turns.get(f"/turns/{turn_id}", params={"wait": 0.5})
@@ -112,9 +117,12 @@ def test_polling_a_running_turn_leaves_it_running(turns: httpx2.Client, workspac
 def test_a_cancelled_turn_ends_its_running_command(turns: httpx2.Client) -> None:
     marker = sleep_marker()
     submitted = turns.post(
-        "/turns", json={"calls": [_call("long", "bash", command=f"sleep {marker}", timeout=300)],
-                        "wait": False},
-    )  # fmt: skip
+        "/turns",
+        json={
+            "calls": [_call("long", "bash", command=f"sleep {marker}", timeout=300)],
+            "wait": False,
+        },
+    )
     turn_id = submitted.json()["turn_id"]
     wait_for(lambda: survivors(marker, within=0) != [], "the command to start")
 
@@ -139,14 +147,25 @@ def test_calls_that_fail_are_results_and_a_bad_turn_is_an_error_that_says_why(
         "not JSON": (turns.post("/turns", content=b"[{"), 400, "the body is not valid JSON"),
         "no calls": (turns.post("/turns", json={"calls": []}), 400, "non-empty JSON array"),
         "an unknown field": (turns.post("/turns", json={"calls": [], "mode": 1}), 400, "mode"),
-        "one id twice": (turns.post("/turns", json=[_call("d", "calculator", expression="1"),
-                                                    _call("d", "calculator", expression="2")]),
-                         400, "appears twice"),
+        "one id twice": (
+            turns.post(
+                "/turns",
+                json=[
+                    _call("d", "calculator", expression="1"),
+                    _call("d", "calculator", expression="2"),
+                ],
+            ),
+            400,
+            "appears twice",
+        ),
         "a bad wait": (turns.get("/turns/x", params={"wait": "soon"}), 400, "wait"),
         "an unknown query": (turns.get("/turns/x", params={"timeout": 1}), 400, "timeout"),
-        "an unknown turn": (turns.get("/turns/no-such-turn", params={"wait": 1}), 404,
-                            "No turn 'no-such-turn'"),
-    }  # fmt: skip
+        "an unknown turn": (
+            turns.get("/turns/no-such-turn", params={"wait": 1}),
+            404,
+            "No turn 'no-such-turn'",
+        ),
+    }
     for what, (response, status, says) in cases.items():
         assert response.status_code == status, (what, response.text)
         assert says in response.json()["error"], (what, response.text)

@@ -41,8 +41,15 @@ NODE_MAJOR_MIN = 18
 # npm's own limits (per fetch; one retry, 10 s later) keep a dead network from stalling it for
 # minutes; the process limits only end a hung npm or client.
 NETWORK = ["--fetch-timeout=60000", "--fetch-retries=1"]
-INSTALL = ["install", "--save-exact", "--no-audit", "--no-fund", "--ignore-scripts",
-           "--prefer-offline", *NETWORK]  # fmt: skip
+INSTALL = [
+    "install",
+    "--save-exact",
+    "--no-audit",
+    "--no-fund",
+    "--ignore-scripts",
+    "--prefer-offline",
+    *NETWORK,
+]
 INSTALL_S = 600.0
 NODE_S = 300.0
 
@@ -72,11 +79,20 @@ def _npm(home: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[
     """``npm ARGS`` in ``home``; a run past ``timeout`` counts as failed (exit code -1)."""
     argv = ["npm", *args]
     try:
-        return subprocess.run(argv, cwd=home, stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=timeout, check=False)  # fmt: skip
+        return subprocess.run(
+            argv,
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired as exc:
-        out, err = (x.decode(errors="replace") if isinstance(x, bytes) else x or ""
-                    for x in (exc.stdout, exc.stderr))  # fmt: skip
+        out, err = (
+            x.decode(errors="replace") if isinstance(x, bytes) else x or ""
+            for x in (exc.stdout, exc.stderr)
+        )
         return subprocess.CompletedProcess(argv, -1, out, f"{err}\n(ended after {timeout:g} s)")
 
 
@@ -87,8 +103,9 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"{' and '.join(missing)} not found on PATH: the TypeScript SDK cannot run")
-    version = subprocess.run(["node", "--version"], capture_output=True, text=True,
-                             timeout=PATIENCE_S, check=True).stdout.strip()  # fmt: skip
+    version = subprocess.run(
+        ["node", "--version"], capture_output=True, text=True, timeout=PATIENCE_S, check=True
+    ).stdout.strip()
     if int(version.lstrip("v").split(".")[0]) < NODE_MAJOR_MIN:
         pytest.skip(f"node {version} is older than {SDK}@{SDK_VERSION} needs (>= 18)")
 
@@ -100,8 +117,10 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ping = _npm(home, "ping", *NETWORK, timeout=INSTALL_S)
         if ping.returncode != 0:
             pytest.skip(f"npm cannot reach its registry: {_why(ping.stderr)}")
-        pytest.fail(f"npm install {SDK}@{SDK_VERSION} failed (exit {installed.returncode}):\n"
-                    f"{_tail(installed.stdout)}\n{_tail(installed.stderr)}")  # fmt: skip
+        pytest.fail(
+            f"npm install {SDK}@{SDK_VERSION} failed (exit {installed.returncode}):\n"
+            f"{_tail(installed.stdout)}\n{_tail(installed.stderr)}"
+        )
     manifest = json.loads((home / "node_modules" / SDK / "package.json").read_text())
     assert manifest["version"] == SDK_VERSION, manifest["version"]
     for script in SCRIPTS.glob("*.mjs"):
@@ -112,9 +131,15 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def run_node(script: Path, *args: str) -> tuple[list[str], dict[str, Any]]:
     """Run ``node script ARGS``; the lines it printed before its last, and the JSON object
     that last line holds."""
-    done = subprocess.run(["node", str(script), *args], cwd=script.parent, capture_output=True,
-                          stdin=subprocess.DEVNULL, text=True, timeout=NODE_S,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        ["node", str(script), *args],
+        cwd=script.parent,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        timeout=NODE_S,
+        check=False,
+    )
     assert done.returncode == 0, f"node exited {done.returncode}:\n{done.stderr}\n{done.stdout}"
     *lines, last = done.stdout.splitlines()
     got: dict[str, Any] = json.loads(last)

@@ -60,20 +60,28 @@ def test_the_metrics_match_the_calls_that_ran(
     with log.open("ab") as output:
         exporter = subprocess.Popen(
             [*TOOLPOOL, "metrics", "--port", str(port), "--redis", redis_url],
-            env=mcp_env(), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-        )  # fmt: skip
+            env=mcp_env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+        )
     try:
         wait_for(lambda: _answers(url) or exporter.poll() is not None, "the exporter to serve")
         assert exporter.poll() is None, log.read_text()
         # It counts the events from its start: it is following them once it serves.
         calls = [
-            *({"id": f"r{i}", "name": "read_file", "arguments": {"path": "a.txt"}}
-              for i in range(3)),
+            *(
+                {"id": f"r{i}", "name": "read_file", "arguments": {"path": "a.txt"}}
+                for i in range(3)
+            ),
             {"id": "missing", "name": "read_file", "arguments": {"path": "nope.txt"}},
-            *({"id": f"c{i}", "name": "calculator", "arguments": {"expression": "6*7"}}
-              for i in range(2)),
+            *(
+                {"id": f"c{i}", "name": "calculator", "arguments": {"expression": "6*7"}}
+                for i in range(2)
+            ),
             {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
-        ]  # fmt: skip
+        ]
         with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
             executor.run(calls, timeout=PATIENCE_S)
 

@@ -48,8 +48,13 @@ def settings(server: RedisServer, tmp_path: Path) -> Settings:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("hello")
-    return Settings(redis_url=server.tcp_url, workspace=root, lock_lease_ms=LEASE_MS,
-                    call_liveness_s=5.0, call_heartbeat_s=1.0)  # fmt: skip
+    return Settings(
+        redis_url=server.tcp_url,
+        workspace=root,
+        lock_lease_ms=LEASE_MS,
+        call_liveness_s=5.0,
+        call_heartbeat_s=1.0,
+    )
 
 
 @pytest.fixture
@@ -75,10 +80,12 @@ def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
     with Executor(settings=settings) as executor:
         # Its lease is lost in the outage, which ends it long before the sleep does.
         command = "touch started; sleep 20; echo finished"
-        turn = executor.submit([
-            {"id": "slow", "name": "bash", "arguments": {"command": command, "timeout": 60}},
-            _read("after"),
-        ])  # fmt: skip
+        turn = executor.submit(
+            [
+                {"id": "slow", "name": "bash", "arguments": {"command": command, "timeout": 60}},
+                _read("after"),
+            ]
+        )
         # bash itself runs, under its lock (its claim alone comes before the lock is taken).
         wait_for((Path(settings.workspace) / "started").exists, "bash to run")
         outage = _restart_in_background(server, DOWNTIME_S)
@@ -94,8 +101,11 @@ def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
         assert "check its effects" in slow.content.lower()
         assert ok(after) == "hello"
         assert elapsed < PATIENCE_S
-        starts = [e for _, e in read_events(executor.client, executor.keys)
-                  if e.event == "tool_execution_started" and e.call_id == "slow"]  # fmt: skip
+        starts = [
+            e
+            for _, e in read_events(executor.client, executor.keys)
+            if e.event == "tool_execution_started" and e.call_id == "slow"
+        ]
         assert len(starts) <= 1
 
         # The same worker processes serve the next turn: they reconnected by themselves.
@@ -150,8 +160,9 @@ def test_submit_while_redis_is_down_says_nothing_runs(
 
 
 def _answers(server: RedisServer) -> bool:
-    client = server.client(socket_timeout=0.5, socket_connect_timeout=0.5,
-                           retry=Retry(NoBackoff(), 0))  # fmt: skip
+    client = server.client(
+        socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -167,8 +178,9 @@ def test_calls_a_failed_submit_never_enqueued_are_answered_did_not_run(
     # call's job: the second call has no job at all.
     with Executor(settings=settings, registry=builtin_registry()) as executor:
         turn = executor.submit([_read("stored"), _read("never")])
-        Job.fetch(turn.plan.job_ids[1], connection=executor.client,
-                  serializer=JSONSerializer).delete()  # fmt: skip
+        Job.fetch(
+            turn.plan.job_ids[1], connection=executor.client, serializer=JSONSerializer
+        ).delete()
         with running_pool(settings, 1):
             stored, never = executor.collect(turn, timeout=PATIENCE_S)
 

@@ -12,8 +12,12 @@ from workers.pipeline._chain import CallState, Proceed, Step, chain
 
 
 def _state(tmp_path: Path) -> CallState:
-    return CallState(call=ToolCall(id="c", name="t"), registry=ToolRegistry(),
-                     workspace=Workspace(tmp_path), settings=Settings())  # fmt: skip
+    return CallState(
+        call=ToolCall(id="c", name="t"),
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+    )
 
 
 def _answer(text: str) -> ToolResult:

@@ -48,8 +48,13 @@ def _claim(client: redis.Redis, events: EventLog, settings: Settings | None = No
 
 
 def _state(tmp_path: Path) -> CallState:
-    return CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                     settings=Settings(), job=JOB)  # fmt: skip
+    return CallState(
+        call=CALL,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=JOB,
+    )
 
 
 def _result(text: str) -> ToolResult:

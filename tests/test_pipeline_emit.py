@@ -18,8 +18,13 @@ KEYS = Keys()
 def _state(tmp_path: Path) -> CallState:
     call = ToolCall(id="c1", name="t")
     job = CallJob(call=call, turn_id="t1", index=0)
-    return CallState(call=call, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                     settings=Settings(), job=job)  # fmt: skip
+    return CallState(
+        call=call,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=job,
+    )
 
 
 def test_the_result_is_recorded_after_the_queued_events(
@@ -29,9 +34,15 @@ def test_the_result_is_recorded_after_the_queued_events(
 
     def proceed(state: CallState) -> ToolResult:
         events.defer("lock_released", call_id="c1")  # what the lease guard leaves queued
-        return ToolResult(call_id="c1", name="t", status=ToolStatus.ERROR, content="boom",
-                          error_type=ErrorType.TOOL_ERROR, truncated=True,
-                          duration_ms=12.5)  # fmt: skip
+        return ToolResult(
+            call_id="c1",
+            name="t",
+            status=ToolStatus.ERROR,
+            content="boom",
+            error_type=ErrorType.TOOL_ERROR,
+            truncated=True,
+            duration_ms=12.5,
+        )
 
     result = Emit(events)(_state(tmp_path), proceed)
     assert result.content == "boom"
@@ -41,16 +52,25 @@ def test_the_result_is_recorded_after_the_queued_events(
     assert [event.event for event in stream] == ["lock_released", "tool_result"]
     answered = stream[1]
     assert (answered.call_id, answered.turn_id, answered.tool, answered.worker) == (
-        "c1", "t1", "t", "w1"
-    )  # fmt: skip
-    assert answered.data == {"duration_ms": 12.5, "status": "error", "error_type": "tool_error",
-                             "truncated": True}  # fmt: skip
+        "c1",
+        "t1",
+        "t",
+        "w1",
+    )
+    assert answered.data == {
+        "duration_ms": 12.5,
+        "status": "error",
+        "error_type": "tool_error",
+        "truncated": True,
+    }
 
 
 def test_a_success_has_no_error_type(client: redis.Redis, tmp_path: Path) -> None:
     events = EventLog(client, KEYS)
-    Emit(events)(_state(tmp_path), lambda state: ToolResult(
-        call_id="c1", name="t", status=ToolStatus.OK, content="ok"))  # fmt: skip
+    Emit(events)(
+        _state(tmp_path),
+        lambda state: ToolResult(call_id="c1", name="t", status=ToolStatus.OK, content="ok"),
+    )
     events.flush()
     [(_, answered)] = read_events(client, KEYS)
     assert (answered.data["status"], answered.data["error_type"]) == ("ok", None)

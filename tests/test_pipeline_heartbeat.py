@@ -74,8 +74,13 @@ def test_one_thread_serves_every_call_of_the_process(client: redis.Redis) -> Non
 
 def test_the_step_watches_the_run_it_is_given(client: redis.Redis, tmp_path: Path) -> None:
     job = _job("a")
-    state = CallState(call=job.call, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                      settings=FAST, job=job)  # fmt: skip
+    state = CallState(
+        call=job.call,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=FAST,
+        job=job,
+    )
     rerun = state.again()
 
     def proceed(seen: CallState) -> ToolResult:

@@ -62,15 +62,20 @@ class _Held:
 def _state(tmp_path: Path, chosen: Tool = writer, **arguments: object) -> CallState:
     call = ToolCall(id="c1", name=chosen.name, arguments=arguments)
     return CallState(
-        call=call, registry=ToolRegistry([chosen]), workspace=Workspace(tmp_path),
-        settings=Settings(), job=CallJob(call=call, turn_id="t1", index=0), tool=chosen,
+        call=call,
+        registry=ToolRegistry([chosen]),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=CallJob(call=call, turn_id="t1", index=0),
+        tool=chosen,
         arguments=dict(arguments),
-    )  # fmt: skip
+    )
 
 
 def _ok(state: CallState) -> ToolResult:
-    return ToolResult(call_id=state.call.id, name=state.call.name, status=ToolStatus.OK,
-                      content="ran")  # fmt: skip
+    return ToolResult(
+        call_id=state.call.id, name=state.call.name, status=ToolStatus.OK, content="ran"
+    )
 
 
 # --- the step --------------------------------------------------------------------------------
@@ -204,9 +209,13 @@ def _lease_guard(
     barrier: Callable[[Path], None] = _no_barrier,
 ) -> LeaseGuard:
     return LeaseGuard(
-        rwlock, events, settings or Settings(), worker_name="w1", barrier=barrier,
+        rwlock,
+        events,
+        settings or Settings(),
+        worker_name="w1",
+        barrier=barrier,
         lock_loss=LockLoss(events.redis, Keys(), events),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -234,8 +243,10 @@ def test_the_grant_is_announced_before_the_run_and_the_release_queued_after(
     events.flush()
     stream = [event for _, event in read_events(client, Keys())]
     assert [event.event for event in stream] == [
-        "lock_acquired", "tool_execution_started", "lock_released"
-    ]  # fmt: skip
+        "lock_acquired",
+        "tool_execution_started",
+        "lock_released",
+    ]
     acquired, started, released = stream
     assert acquired.data["mode"] == SHARED
     assert acquired.data["waited_ms"] >= 0
@@ -391,8 +402,9 @@ def test_under_a_store_step_the_release_goes_with_the_result(
     assert not rwlock.status().holders
     names = _names(client)
     assert names[-1] == "lock_released"
-    [(_, released)] = [item for item in read_events(client, Keys())
-                       if item[1].event == "lock_released"]  # fmt: skip
+    [(_, released)] = [
+        item for item in read_events(client, Keys()) if item[1].event == "lock_released"
+    ]
     assert released.data["held"] is True
     assert ResultStore(client, Keys()).get("c1") is not None
 
@@ -413,9 +425,12 @@ def test_steps_that_raise_after_the_guard_still_release_the_lease(
 
 
 def test_a_store_that_cannot_reach_redis_releases_the_lease_alone(
-    tmp_path: Path, rwlock: RWLock, events: _Events, client: redis.Redis,
+    tmp_path: Path,
+    rwlock: RWLock,
+    events: _Events,
+    client: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     real_execute = redis.client.Pipeline.execute
     failed: list[bool] = []
 

@@ -53,9 +53,13 @@ class _Held:
 def _state(tmp_path: Path, chosen: Tool = change, held: _Held | None = None) -> CallState:
     call = ToolCall(id="c1", name=chosen.name)
     state = CallState(
-        call=call, registry=ToolRegistry([read, change]), workspace=Workspace(tmp_path),
-        settings=Settings(), job=CallJob(call=call, turn_id="t1", index=0), tool=chosen,
-    )  # fmt: skip
+        call=call,
+        registry=ToolRegistry([read, change]),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=CallJob(call=call, turn_id="t1", index=0),
+        tool=chosen,
+    )
     state.held = held
     return state
 
@@ -67,8 +71,13 @@ def _answering(
         if seen is not None:
             seen.append(state)
         status = ToolStatus.OK if error_type is None else ToolStatus.ERROR
-        return ToolResult(call_id=state.call.id, name=state.call.name, status=status,
-                          content=text, error_type=error_type)  # fmt: skip
+        return ToolResult(
+            call_id=state.call.id,
+            name=state.call.name,
+            status=status,
+            content=text,
+            error_type=error_type,
+        )
 
     return proceed
 
@@ -192,8 +201,7 @@ def test_a_read_that_lost_its_lease_runs_once_more_with_a_fresh_run(
 
 def test_a_read_is_run_again_only_once(tmp_path: Path, client: redis.Redis) -> None:
     seen: list[CallState] = []
-    result = _loss(client).rerun(_state(tmp_path, read),
-                                 _answering(ErrorType.LOCK_LOST, seen=seen))  # fmt: skip
+    result = _loss(client).rerun(_state(tmp_path, read), _answering(ErrorType.LOCK_LOST, seen=seen))
     assert result.error_type is ErrorType.LOCK_LOST
     assert len(seen) == 2
 
@@ -215,8 +223,7 @@ def test_no_rerun_for_a_call_with_side_effects_or_a_read_that_did_not_lose(
 def test_no_rerun_once_the_turn_is_cancelled(tmp_path: Path, client: redis.Redis) -> None:
     client.set(Keys().turn_cancel("t1"), "1")
     seen: list[CallState] = []
-    result = _loss(client).rerun(_state(tmp_path, read),
-                                 _answering(ErrorType.LOCK_LOST, seen=seen))  # fmt: skip
+    result = _loss(client).rerun(_state(tmp_path, read), _answering(ErrorType.LOCK_LOST, seen=seen))
     assert result.error_type is ErrorType.LOCK_LOST
     assert len(seen) == 1
 

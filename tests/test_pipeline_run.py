@@ -83,9 +83,13 @@ class _Held:
 
 def _state(tmp_path: Path, chosen: Tool, **arguments: Any) -> CallState:
     return CallState(
-        call=ToolCall(id="c", name=chosen.name, arguments=arguments), registry=registry,
-        workspace=Workspace(tmp_path), settings=Settings(), tool=chosen, arguments=arguments,
-    )  # fmt: skip
+        call=ToolCall(id="c", name=chosen.name, arguments=arguments),
+        registry=registry,
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        tool=chosen,
+        arguments=arguments,
+    )
 
 
 def test_the_tools_output_is_the_answer(tmp_path: Path) -> None:

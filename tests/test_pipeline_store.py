@@ -31,8 +31,13 @@ def _store_of(client: redis.Redis, results: ResultStore | None = None) -> Store:
 
 
 def test_the_step_stores_the_answer_and_returns_it(client: redis.Redis, tmp_path: Path) -> None:
-    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                      settings=Settings(), job=JOB)  # fmt: skip
+    state = CallState(
+        call=CALL,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=JOB,
+    )
     result = _store_of(client)(state, lambda state: _result("ran"))
     assert result.content == "ran"
     assert ResultStore(client, KEYS).get("c1") == result
@@ -56,9 +61,14 @@ def test_events_go_first_and_the_claim_is_let_go_in_the_same_round_trip(
     store = Store(ResultStore(client, KEYS), events)
     client.set("claim:current", "1")
     client.set("claim:running", "1")
-    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                      settings=Settings(), job=JOB,
-                      claim_keys=("claim:current", "claim:running"))  # fmt: skip
+    state = CallState(
+        call=CALL,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=JOB,
+        claim_keys=("claim:current", "claim:running"),
+    )
     sent: list[int] = []
     real_execute = redis.client.Pipeline.execute
 
@@ -155,8 +165,14 @@ def test_a_claim_that_could_not_be_let_go_is_left_to_the_claim_step(
         raise redis.ConnectionError("Connection refused")
 
     monkeypatch.setattr(client, "delete", refuse)
-    state = CallState(call=CALL, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                      settings=Settings(), job=JOB, claim_keys=("claim:current",))  # fmt: skip
+    state = CallState(
+        call=CALL,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=JOB,
+        claim_keys=("claim:current",),
+    )
     assert _store_of(client, flaky)(state, lambda state: _result("ran")).content == "ran"
     assert not state.claim_released  # the claim's own finally deletes it once more
     assert ResultStore(client, KEYS).get("c1") is not None

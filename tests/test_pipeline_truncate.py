@@ -21,8 +21,11 @@ def test_a_short_success_is_kept_whole_and_timed() -> None:
     started = time.monotonic()
     result = finish(CALL, None, SETTINGS, started, None, "hello")
     assert (result.call_id, result.name, result.status, result.content) == (
-        "c1", "t", ToolStatus.OK, "hello"
-    )  # fmt: skip
+        "c1",
+        "t",
+        ToolStatus.OK,
+        "hello",
+    )
     assert (result.truncated, result.original_chars, result.error_type) == (False, 5, None)
     assert result.error_message is None
     assert result.duration_ms >= 0
@@ -53,8 +56,9 @@ def test_the_keeper_is_not_asked_when_nothing_is_cut() -> None:
 
 
 def test_a_keeper_that_kept_nothing_still_gives_a_cut_result() -> None:
-    result = finish(CALL, None, SETTINGS, time.monotonic(), None, "y" * 500,
-                    keep=lambda call, text: None)  # fmt: skip
+    result = finish(
+        CALL, None, SETTINGS, time.monotonic(), None, "y" * 500, keep=lambda call, text: None
+    )
     assert result.truncated
     assert "full output" not in result.content
 

@@ -31,8 +31,9 @@ def echo(text: str) -> str:
 
 
 def _state(tmp_path: Path, call: ToolCall, settings: Settings | None = None) -> CallState:
-    return CallState(call=call, registry=registry, workspace=Workspace(tmp_path),
-                     settings=settings or Settings())  # fmt: skip
+    return CallState(
+        call=call, registry=registry, workspace=Workspace(tmp_path), settings=settings or Settings()
+    )
 
 
 def _never(state: CallState) -> ToolResult:
@@ -40,8 +41,7 @@ def _never(state: CallState) -> ToolResult:
 
 
 def test_parse_job_gives_the_call_job() -> None:
-    job = CallJob(call=ToolCall(id="c", name="echo", arguments={"text": "x"}), turn_id="t",
-                  index=0)  # fmt: skip
+    job = CallJob(call=ToolCall(id="c", name="echo", arguments={"text": "x"}), turn_id="t", index=0)
     assert parse_job(job.model_dump(mode="json")) == job
 
 
@@ -87,8 +87,9 @@ def test_the_step_fills_in_the_tool_and_arguments_and_starts_the_clock(tmp_path:
         assert seen.checked_tool().name == "echo"
         assert seen.arguments == {"text": "x"}
         assert seen.started >= before
-        return ToolResult(call_id=seen.call.id, name="echo", status=ToolStatus.OK,
-                          content="went on")  # fmt: skip
+        return ToolResult(
+            call_id=seen.call.id, name="echo", status=ToolStatus.OK, content="went on"
+        )
 
     assert validate(state, after_validate).content == "went on"
 

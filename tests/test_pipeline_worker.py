@@ -92,8 +92,11 @@ def test_a_call_is_run_under_the_lock_stored_and_recorded(
     assert stored is not None
     assert stored.model_dump(mode="json") == answer
     assert _names(client, "c1") == [
-        "lock_acquired", "tool_execution_started", "lock_released", "tool_result"
-    ]  # fmt: skip
+        "lock_acquired",
+        "tool_execution_started",
+        "lock_released",
+        "tool_result",
+    ]
     assert not client.exists(KEYS.running("c1"), KEYS.worker_current("w1"))
 
 
@@ -112,8 +115,9 @@ def test_a_call_of_a_cancelled_turn_is_answered_and_recorded_without_running(
     client.set(KEYS.turn_cancel("t1"), "1")
     answer = runtime.execute(_payload("c1", "echo", text="hi"))
     assert (answer["error_type"], answer["content"]) == (
-        "cancelled", "'echo' did not run: its turn was cancelled."
-    )  # fmt: skip
+        "cancelled",
+        "'echo' did not run: its turn was cancelled.",
+    )
     assert "echo" not in runs
     assert _names(client, "c1") == ["tool_result"]
 
@@ -136,10 +140,17 @@ def test_a_read_that_lost_its_lease_is_run_once_more_in_the_same_job(
     assert (answer["status"], answer["content"]) == (ToolStatus.OK.value, "consistent")
     assert runs["lose"] == 2
     assert _names(client, "r1") == [
-        "lock_acquired", "tool_execution_started", "lock_lost", "lock_released", "tool_result",
+        "lock_acquired",
+        "tool_execution_started",
+        "lock_lost",
+        "lock_released",
+        "tool_result",
         "call_rerun",
-        "lock_acquired", "tool_execution_started", "lock_released", "tool_result",
-    ]  # fmt: skip
+        "lock_acquired",
+        "tool_execution_started",
+        "lock_released",
+        "tool_result",
+    ]
     first_result = next(
         e for _, e in read_events(client, KEYS) if e.event == "tool_result" and e.call_id == "r1"
     )

@@ -95,9 +95,13 @@ def executor(settings: Settings, registry: ToolRegistry) -> Iterator[Executor]:
 
 def start_pool(settings: Settings, tools_path: Path, **options: object) -> WorkerPool:
     pool = WorkerPool(
-        str(settings.redis_url), settings, tool_specs=(f"{NAP_TOOLS}:registry",),
-        env={"PYTHONPATH": str(tools_path)}, grace=10.0, **options,  # type: ignore[arg-type]
-    )  # fmt: skip
+        str(settings.redis_url),
+        settings,
+        tool_specs=(f"{NAP_TOOLS}:registry",),
+        env={"PYTHONPATH": str(tools_path)},
+        grace=10.0,
+        **options,  # type: ignore[arg-type]
+    )
     pool.start()
     return pool
 
@@ -133,10 +137,12 @@ def running_child(pool: WorkerPool, client: redis.Redis, keys: Keys) -> PoolChil
 def test_two_workers_serve_a_turn_in_parallel(pool: WorkerPool, executor: Executor) -> None:
     started = time.monotonic()
     results = executor.run(
-        [{"id": "n1", "name": "nap", "arguments": {"seconds": 1.0}},
-         {"id": "n2", "name": "nap", "arguments": {"seconds": 1.0}}],
+        [
+            {"id": "n1", "name": "nap", "arguments": {"seconds": 1.0}},
+            {"id": "n2", "name": "nap", "arguments": {"seconds": 1.0}},
+        ],
         timeout=PATIENCE_S,
-    )  # fmt: skip
+    )
     elapsed = time.monotonic() - started
 
     assert [(r.call_id, r.status, r.content) for r in results] == [
@@ -156,9 +162,11 @@ def test_killed_worker_is_answered_cleaned_up_and_replaced(
     marker = sleep_marker()
     command = f"touch started; exec sleep {marker}"
     turn = executor.submit(
-        [{"id": "long", "name": "bash", "arguments": {"command": command}},
-         {"id": "after", "name": "list_directory", "arguments": {}}]
-    )  # fmt: skip
+        [
+            {"id": "long", "name": "bash", "arguments": {"command": command}},
+            {"id": "after", "name": "list_directory", "arguments": {}},
+        ]
+    )
     # Found by its command line: a sandboxed command's own $$ is its PID namespace's.
     wait_for(lambda: len(sleeping(marker)) == 1, "the command's sleep to start")
     victim = running_child(pool, executor.client, executor.keys)
@@ -256,9 +264,15 @@ def test_child_failing_at_start_is_restarted_with_growing_delays(
 
 def test_settings_reach_the_workers_unchanged(settings: Settings, tmp_path: Path) -> None:
     special = settings.with_changes(
-        key_prefix="tp2", queue="q7", scope="s9", workspace=tmp_path, lock_lease_ms=1234,
-        call_heartbeat_s=0.25, bash_max_timeout=42.5, full_output_max_bytes=77,
-    )  # fmt: skip
+        key_prefix="tp2",
+        queue="q7",
+        scope="s9",
+        workspace=tmp_path,
+        lock_lease_ms=1234,
+        call_heartbeat_s=0.25,
+        bash_max_timeout=42.5,
+        full_output_max_bytes=77,
+    )
     assert Settings.from_env(settings_environment(special)) == special
 
 
@@ -284,8 +298,10 @@ def start_pool_process(
     env = {**os.environ, **settings_environment(settings)}
     process = subprocess.Popen(
         [sys.executable, "-c", _POOL_SCRIPT, str(settings.redis_url), str(grace)],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdout is not None
     # A watchdog, so that a pool that never prints cannot hang the test.
     watchdog = threading.Timer(PATIENCE_S, process.kill)
@@ -335,9 +351,15 @@ def test_second_sigterm_stops_at_once_and_answers_the_call(
         process.send_signal(signal.SIGTERM)
         # Two signals sent at once could merge into one; the second must come once the pool
         # has acted on the first: when it has told its busy worker to stop after the call.
-        wait_for(lambda: any(executor.client.hexists(Worker.redis_worker_namespace_prefix + name,
-                                                     "shutdown_requested_date")
-                             for name in children), "the warm shutdown to begin")  # fmt: skip
+        wait_for(
+            lambda: any(
+                executor.client.hexists(
+                    Worker.redis_worker_namespace_prefix + name, "shutdown_requested_date"
+                )
+                for name in children
+            ),
+            "the warm shutdown to begin",
+        )
         stopping = time.monotonic()
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=PATIENCE_S) == 0

@@ -88,8 +88,9 @@ def workers(settings: Settings, tmp_path: Path) -> Iterator[Workers]:
 
 def rq_worker(executor: Executor, name: str, *, register: bool = True) -> ToolpoolWorker:
     """An RQ worker object named ``name`` on the call queue, to take RQ's steps by hand."""
-    worker = ToolpoolWorker([executor.queue], connection=executor.client,
-                            serializer=JSONSerializer, name=name)  # fmt: skip
+    worker = ToolpoolWorker(
+        [executor.queue], connection=executor.client, serializer=JSONSerializer, name=name
+    )
     if register:
         worker.register_birth()  # type: ignore[no-untyped-call]
     return worker
@@ -97,8 +98,9 @@ def rq_worker(executor: Executor, name: str, *, register: bool = True) -> Toolpo
 
 def dequeue(worker: ToolpoolWorker, expected: str) -> Job:
     """RQ's dequeue (LMOVE to the intermediate list), as ``worker`` does it."""
-    taken = Queue.dequeue_any(worker.queues, None, connection=worker.connection,
-                              serializer=JSONSerializer)  # fmt: skip
+    taken = Queue.dequeue_any(
+        worker.queues, None, connection=worker.connection, serializer=JSONSerializer
+    )
     assert taken is not None
     job, _ = taken
     assert job.id == expected
@@ -137,8 +139,12 @@ def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
 
 def two_batches(executor: Executor, tag: str) -> Turn:
     """A turn of two batches: ``<tag>-first`` (echo), then ``<tag>-after`` (bash) after it."""
-    return executor.submit([call(f"{tag}-first", "echo", text=f"{tag} done"),
-                            call(f"{tag}-after", "bash", command=f"echo {tag} after")])  # fmt: skip
+    return executor.submit(
+        [
+            call(f"{tag}-first", "echo", text=f"{tag} done"),
+            call(f"{tag}-after", "bash", command=f"echo {tag} after"),
+        ]
+    )
 
 
 def publish_ok(executor: Executor, turn: Turn, index: int, content: str) -> None:
@@ -146,9 +152,14 @@ def publish_ok(executor: Executor, turn: Turn, index: int, content: str) -> None
     found = turn.plan.call_ids[index]
     stored = ResultStore(executor.client, executor.keys).publish(
         turn.turn_id,
-        ToolResult(call_id=found, name=turn.plan.tools[index], status=ToolStatus.OK,
-                   content=content, original_chars=len(content)),
-    )  # fmt: skip
+        ToolResult(
+            call_id=found,
+            name=turn.plan.tools[index],
+            status=ToolStatus.OK,
+            content=content,
+            original_chars=len(content),
+        ),
+    )
     assert stored
 
 
@@ -324,8 +335,9 @@ def stop_in_blmove(client: redis.Redis, pool: WorkerPool) -> int:
     assert child.pid is not None
 
     def blocked() -> bool:
-        return any(c.get("cmd") == "blmove" and "b" in c.get("flags", "")
-                   for c in client.client_list())  # fmt: skip
+        return any(
+            c.get("cmd") == "blmove" and "b" in c.get("flags", "") for c in client.client_list()
+        )
 
     wait_for(blocked, "the pool's child to block in BLMOVE")
     os.kill(child.pid, signal.SIGSTOP)

@@ -35,8 +35,12 @@ from workers.pool._process import run_worker
 # Harmless functions a job or a callback may name: an RQ worker imports them by these paths.
 TOUCH_MARKER = "tests.support.dist_tools.touch_marker"
 MARK_CALLBACK = "tests.support.dist_tools.mark_callback"
-_HOOK_FIELDS = ["success_callback_name", "failure_callback_name", "stopped_callback_name",
-                "webhooks"]  # fmt: skip
+_HOOK_FIELDS = [
+    "success_callback_name",
+    "failure_callback_name",
+    "stopped_callback_name",
+    "webhooks",
+]
 
 
 class _HookServer:
@@ -136,11 +140,16 @@ def test_toolpool_worker_refuses_foreign_jobs_and_keeps_serving(
     )
     refused = [system, harmless, with_callbacks, with_webhook]
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
-        turn = executor.submit([
-            {"id": "after-w", "name": "write_file",
-             "arguments": {"path": "after.txt", "content": "served"}},
-            {"id": "after-r", "name": "read_file", "arguments": {"path": "after.txt"}},
-        ])  # fmt: skip
+        turn = executor.submit(
+            [
+                {
+                    "id": "after-w",
+                    "name": "write_file",
+                    "arguments": {"path": "after.txt", "content": "served"},
+                },
+                {"id": "after-r", "name": "read_file", "arguments": {"path": "after.txt"}},
+            ]
+        )
         assert run_worker(redis_url, settings, dist_tools.registry(), name="refuser", burst=True)
         served = executor.collect(turn, timeout=10)
 

@@ -34,8 +34,9 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("content")
-    return Settings(redis_url=redis_url, workspace=root, lock_lease_ms=LEASE_MS,
-                    call_liveness_s=60.0)  # fmt: skip
+    return Settings(
+        redis_url=redis_url, workspace=root, lock_lease_ms=LEASE_MS, call_liveness_s=60.0
+    )
 
 
 @pytest.fixture
@@ -63,8 +64,11 @@ def test_a_read_that_lost_its_lease_is_run_again_and_answers(
 ) -> None:
     [worker] = pool.start(1)
     started = Path(settings.workspace).parent / "started"
-    call = {"id": "r", "name": "slow_read",
-            "arguments": {"path": "a.txt", "delay_ms": 2000, "started": str(started)}}  # fmt: skip
+    call = {
+        "id": "r",
+        "name": "slow_read",
+        "arguments": {"path": "a.txt", "delay_ms": 2000, "started": str(started)},
+    }
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([call])
         # The tool itself runs (not only its start event): the pause lands inside the read.

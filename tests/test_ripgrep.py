@@ -71,9 +71,22 @@ def test_patterns_are_rewritten_in_a_syntax_both_engines_read_alike(
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"foo(?=bar)", r"(?<!x)y", r"(\w)\1", r"(?P<q>a)(?P=q)", r"(a)?(?(1)b|c)", r"(?>a+)b",
-     r"a++", r"\Afoo", r"foo\Z", r"(?a)\w", r"(?a:\w)", r"foo\nbar", r"[\n]"],
-)  # fmt: skip
+    [
+        r"foo(?=bar)",
+        r"(?<!x)y",
+        r"(\w)\1",
+        r"(?P<q>a)(?P=q)",
+        r"(a)?(?(1)b|c)",
+        r"(?>a+)b",
+        r"a++",
+        r"\Afoo",
+        r"foo\Z",
+        r"(?a)\w",
+        r"(?a:\w)",
+        r"foo\nbar",
+        r"[\n]",
+    ],
+)
 def test_what_rust_cannot_run_goes_to_python(pattern: str) -> None:
     assert rust_regex(pattern) is None
 
@@ -84,10 +97,45 @@ def test_an_invalid_pattern_raises_python_s_error() -> None:
 
 
 _PIECES = st.sampled_from(
-    ["a", "B", "s", "k", "é", "Ü", ".", r"\.", r"\w", r"\W", r"\d", r"\s", r"\b", "^", "$",
-     "[ab]", "[^a]", "[a-c]", "(?:a|b)", "(a)", "?", "*", "+", "{2}", "{1,2}", "{,2}", "*?",
-     "|", r"\(", "x", "-", " ", "{", r"[\[]", "(?-i:A)", r"\x41"]
-)  # fmt: skip
+    [
+        "a",
+        "B",
+        "s",
+        "k",
+        "é",
+        "Ü",
+        ".",
+        r"\.",
+        r"\w",
+        r"\W",
+        r"\d",
+        r"\s",
+        r"\b",
+        "^",
+        "$",
+        "[ab]",
+        "[^a]",
+        "[a-c]",
+        "(?:a|b)",
+        "(a)",
+        "?",
+        "*",
+        "+",
+        "{2}",
+        "{1,2}",
+        "{,2}",
+        "*?",
+        "|",
+        r"\(",
+        "x",
+        "-",
+        " ",
+        "{",
+        r"[\[]",
+        "(?-i:A)",
+        r"\x41",
+    ]
+)
 _TEXT = st.text(alphabet="aAbBsSkKéÉüÜ.-(){}[ x1\n\u212a\u017f\t", max_size=60)
 
 
@@ -151,9 +199,18 @@ def mixed_tree(workspace: Workspace) -> Path:
 
 @pytest.mark.parametrize(
     "pattern",
-    [r"foobar", r"class \w+Error\(", r"todo|kelvin", r"^\s+return", r"needle$", r"k", r"y{5}",
-     r"[^a-z ]{2}", r"straße"],
-)  # fmt: skip
+    [
+        r"foobar",
+        r"class \w+Error\(",
+        r"todo|kelvin",
+        r"^\s+return",
+        r"needle$",
+        r"k",
+        r"y{5}",
+        r"[^a-z ]{2}",
+        r"straße",
+    ],
+)
 def test_both_engines_answer_alike_through_the_tool(
     run_tool: RunTool, mixed_tree: Path, monkeypatch: pytest.MonkeyPatch, pattern: str
 ) -> None:

@@ -56,11 +56,20 @@ def waiting_turn(
     [worker] = make_workers(settings).start(1)
     started = tmp_path / "started"
     with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
-        turn = executor.submit([
-            {"id": "slow", "name": "slow_read",
-             "arguments": {"path": "a.txt", "delay_ms": 3_000, "started": str(started)}},
-            {"id": "after", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
-        ])  # fmt: skip
+        turn = executor.submit(
+            [
+                {
+                    "id": "slow",
+                    "name": "slow_read",
+                    "arguments": {"path": "a.txt", "delay_ms": 3_000, "started": str(started)},
+                },
+                {
+                    "id": "after",
+                    "name": "write_file",
+                    "arguments": {"path": "b.txt", "content": "x"},
+                },
+            ]
+        )
         wait_for(started.exists, "the slow read to run")
         queue = executor.queue.name
     return settings, queue, [worker.name, turn.plan.job_ids[0], turn.plan.job_ids[1]]
@@ -73,8 +82,11 @@ def test_rq_info_shows_the_queue_and_its_worker(
 
     shown = subprocess.run(
         [str(BIN / "rq"), "info", "--url", str(settings.redis_url), "--serializer", "json"],
-        capture_output=True, text=True, timeout=PATIENCE_S, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+        check=False,
+    )
 
     assert shown.returncode == 0, shown.stderr
     assert queue in shown.stdout
@@ -91,20 +103,36 @@ def test_rq_dashboard_with_json_shows_queues_workers_and_jobs(
     log = tmp_path / "rq-dashboard.log"
     with log.open("ab") as output:
         dashboard = subprocess.Popen(
-            [str(BIN / "rq-dashboard"), "--json", "--bind", "127.0.0.1", "--port", str(port),
-             "--redis-url", str(settings.redis_url)],
-            stdin=subprocess.DEVNULL, stdout=output, stderr=output,
-        )  # fmt: skip
+            [
+                str(BIN / "rq-dashboard"),
+                "--json",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--redis-url",
+                str(settings.redis_url),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+        )
     try:
-        wait_for(lambda: _answers(f"{base}/queues.json") or dashboard.poll() is not None,
-                 "rq-dashboard to serve")  # fmt: skip
+        wait_for(
+            lambda: _answers(f"{base}/queues.json") or dashboard.poll() is not None,
+            "rq-dashboard to serve",
+        )
         assert dashboard.poll() is None, log.read_text()
         queues = _get(f"{base}/queues.json")["queues"]
         job = _get(f"{base}/job/{running}.json")
-        listed = {state: _get(f"{base}/jobs/{queue}/{state}/8/asc/1.json")["jobs"]
-                  for state in ("started", "deferred")}  # fmt: skip
-        faults = {"a busy worker": not _answers(f"{base}/workers.json"),
-                  "a dependent job": not _answers(f"{base}/job/{deferred}.json")}  # fmt: skip
+        listed = {
+            state: _get(f"{base}/jobs/{queue}/{state}/8/asc/1.json")["jobs"]
+            for state in ("started", "deferred")
+        }
+        faults = {
+            "a busy worker": not _answers(f"{base}/workers.json"),
+            "a dependent job": not _answers(f"{base}/job/{deferred}.json"),
+        }
         # It answers while no worker runs a call: read it in such a moment (the turn's second
         # call may start right after one answer, so the page is read and kept in one go).
         workers: list[dict[str, Any]] = []

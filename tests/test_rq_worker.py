@@ -143,15 +143,21 @@ def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Pat
     rq_cli = Path(sys.executable).with_name("rq")
 
     def rq_info() -> str:
-        done = subprocess.run([str(rq_cli), "info", "-u", redis_url, "-S", "json"],
-                              capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        done = subprocess.run(
+            [str(rq_cli), "info", "-u", redis_url, "-S", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return done.stdout
 
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         for n in range(3):
             executor.submit([{"id": f"q{n}", "name": "echo", "arguments": {"text": "x"}}])
-        worker = ToolpoolWorker([executor.queue], connection=executor.client,
-                                serializer=JSONSerializer, name="w-info")  # fmt: skip
+        worker = ToolpoolWorker(
+            [executor.queue], connection=executor.client, serializer=JSONSerializer, name="w-info"
+        )
         worker.register_birth()  # type: ignore[no-untyped-call]
         shown = rq_info()
         assert re.search(rf"{re.escape(executor.queue.name)}\s.*\b3\b", shown), shown
@@ -165,8 +171,9 @@ def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
     client: redis.Redis,
 ) -> None:
     queue, worker = _born(client, "ends", "w-end")
-    job = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
-                             job_id="last", result_ttl=60)  # fmt: skip
+    job = queue.enqueue_call(
+        func=ENTRY_POINT, args=({"call": {}, "last_batch": True},), job_id="last", result_ttl=60
+    )
     execution = _started(worker, job)
     with _pipelines_sent(client) as sent:
         worker.handle_job_success(job, queue, queue.started_job_registry, execution)
@@ -181,11 +188,13 @@ def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
 
 def test_a_job_marked_last_that_has_a_dependent_still_releases_it(client: redis.Redis) -> None:
     queue, worker = _born(client, "ends-dep", "w-dep")
-    parent = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}, "last_batch": True},),
-                                job_id="parent", result_ttl=60)  # fmt: skip
+    parent = queue.enqueue_call(
+        func=ENTRY_POINT, args=({"call": {}, "last_batch": True},), job_id="parent", result_ttl=60
+    )
     after = Dependency(jobs=["parent"], allow_failure=True)
-    child = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}},), job_id="child",
-                               depends_on=after)  # fmt: skip
+    child = queue.enqueue_call(
+        func=ENTRY_POINT, args=({"call": {}},), job_id="child", depends_on=after
+    )
     assert child.get_status(refresh=True) == JobStatus.DEFERRED
     assert queue.pop_job_id() == "parent"  # as a worker's dequeue takes it
     execution = _started(worker, parent)

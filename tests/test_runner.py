@@ -77,8 +77,11 @@ def test_success_keeps_call_id_and_times_the_call(workspace: Workspace) -> None:
     call = ToolCall(id="c1", name="echo", arguments={"text": "hi", "times": 2})
     result = run_call(call, registry, CallEnvironment(workspace=workspace))
     assert (result.call_id, result.name, result.status, result.content) == (
-        "c1", "echo", ToolStatus.OK, "hihi"
-    )  # fmt: skip
+        "c1",
+        "echo",
+        ToolStatus.OK,
+        "hihi",
+    )
     assert result.error_type is None
     assert not result.truncated
     assert result.duration_ms > 0
@@ -150,8 +153,9 @@ def test_lost_fence_is_reported_as_lock_lost(workspace: Workspace) -> None:
     def lost() -> None:
         raise FenceError("The lock was lost; the write was not committed.")
 
-    result = run_call(ToolCall(name="fenced"), registry, CallEnvironment(workspace=workspace,
-                                                                         fence=lost))  # fmt: skip
+    result = run_call(
+        ToolCall(name="fenced"), registry, CallEnvironment(workspace=workspace, fence=lost)
+    )
     assert result.error_type is ErrorType.LOCK_LOST
     assert "not committed" in result.content
 
@@ -181,8 +185,9 @@ def test_per_tool_limit_applies(workspace: Workspace) -> None:
         """Talk a lot."""
         return "w" * 1000
 
-    result = run_call(ToolCall(name="wordy"), ToolRegistry([wordy]),
-                      CallEnvironment(workspace=workspace))  # fmt: skip
+    result = run_call(
+        ToolCall(name="wordy"), ToolRegistry([wordy]), CallEnvironment(workspace=workspace)
+    )
     assert result.dropped_chars == 990
 
 

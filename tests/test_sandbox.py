@@ -118,8 +118,13 @@ def test_writes_outside_the_session_folder_fail(
     assert content.count("Read-only file system") + content.count("No such file") >= 4, content
     assert (_folder(settings, "a") / "mine.txt").read_text() == "ok\n"
     assert "kept" in content  # the private /tmp works, and is the command's own:
-    for path in (Path("/etc", scratch), other / "planted", settings.workspace / "planted",
-                 Path("/usr", scratch), Path("/tmp", scratch)):  # fmt: skip
+    for path in (
+        Path("/etc", scratch),
+        other / "planted",
+        settings.workspace / "planted",
+        Path("/usr", scratch),
+        Path("/tmp", scratch),
+    ):
         assert not path.exists(), path
 
 
@@ -179,9 +184,11 @@ def listener() -> Iterator[tuple[int, threading.Event]]:
 
 
 def test_network_is_off_by_default_and_on_when_allowed(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers,
+    redis_url: str,
+    tmp_path: Path,
+    make_workers: MakeWorkers,
     listener: tuple[int, threading.Event],
-) -> None:  # fmt: skip
+) -> None:
     port, connected = listener
     command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected || echo no-network"
     closed = host_settings(redis_url, tmp_path, "h1", bash_sandbox="required")
@@ -201,9 +208,15 @@ def limited(redis_url: str, tmp_path: Path) -> Settings:
     if found.pids is None or found.memory is None:
         pytest.skip(f"no writable pids and memory cgroups here: {'; '.join(found.missing)}")
     return host_settings(
-        redis_url, tmp_path, "h1", bash_sandbox="required", bash_max_processes=64,
-        bash_memory_mb=128, bash_file_size_mb=16, bash_cpu_seconds=3,
-    )  # fmt: skip
+        redis_url,
+        tmp_path,
+        "h1",
+        bash_sandbox="required",
+        bash_max_processes=64,
+        bash_memory_mb=128,
+        bash_file_size_mb=16,
+        bash_cpu_seconds=3,
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,16 +224,26 @@ def limited(redis_url: str, tmp_path: Path) -> Settings:
     [
         # The shell waits a while: a bomb whose shell has exited dies with the call, limit or not.
         pytest.param(":(){ :|:& };:; sleep 5", "the limit of 64 processes", id="fork-bomb"),
-        pytest.param("python3 -c 'b = bytearray(1 << 30); print(len(b))' {tag}",
-                     "the memory limit of 128 MiB", id="memory-hog"),
-        pytest.param("head -c 10G /dev/zero > big; ls -l big",
-                     "the file size limit of 16 MiB", id="10-GB-file"),
-        pytest.param("python3 -c 'while True: pass' {tag}", "the CPU time limit of 3 s",
-                     id="cpu-burner"),
-        pytest.param("for i in 1 2 3 4; do python3 -c 'while True: pass' {tag} & done; wait",
-                     "the CPU time limit of 3 s (all its processes together)", id="cpu-spread"),
+        pytest.param(
+            "python3 -c 'b = bytearray(1 << 30); print(len(b))' {tag}",
+            "the memory limit of 128 MiB",
+            id="memory-hog",
+        ),
+        pytest.param(
+            "head -c 10G /dev/zero > big; ls -l big",
+            "the file size limit of 16 MiB",
+            id="10-GB-file",
+        ),
+        pytest.param(
+            "python3 -c 'while True: pass' {tag}", "the CPU time limit of 3 s", id="cpu-burner"
+        ),
+        pytest.param(
+            "for i in 1 2 3 4; do python3 -c 'while True: pass' {tag} & done; wait",
+            "the CPU time limit of 3 s (all its processes together)",
+            id="cpu-spread",
+        ),
     ],
-)  # fmt: skip
+)
 def test_each_limit_ends_its_hog_with_a_result_naming_it(
     limited: Settings, make_workers: MakeWorkers, command: str, limit: str
 ) -> None:

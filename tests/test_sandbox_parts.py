@@ -300,8 +300,12 @@ def _sandboxed(spec: SandboxSpec, cwd: Path, script: str) -> subprocess.Complete
     assert found.bwrap is not None, found.reason
     return subprocess.run(
         [*bwrap_argv(found.bwrap, spec, cwd), "bash", "-c", script],
-        capture_output=True, text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_sandbox_workspace_inside_a_hidden_folder_is_writable(real_tree: Tree) -> None:
@@ -981,8 +985,12 @@ print(len(children), refused)
 def _joined(cgroup: CallCgroup, *command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["/bin/sh", "-c", _JOIN, "join", *cgroup.procs_files, "--", *command],
-        capture_output=True, text=True, timeout=120, check=False, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture

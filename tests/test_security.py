@@ -70,17 +70,43 @@ def _make_certificates(folder: Path) -> Path:
     folder.mkdir()
 
     def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True,
-                       timeout=PATIENCE_S)  # fmt: skip
+        subprocess.run(
+            ["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=PATIENCE_S
+        )
 
     ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=toolpool-test-ca")  # fmt: skip
+    openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=toolpool-test-ca",
+    )
     openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
     (folder / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", "server.crt", "-days", "2",
-            "-extfile", "ext.cnf")  # fmt: skip
+    openssl(
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    )
     return folder / "ca.crt"
 
 
@@ -97,23 +123,55 @@ class SecureRedis:
     def start(cls, mode: str, folder: Path) -> SecureRedis:
         folder.mkdir(parents=True)
         port = free_port()
-        base = [shutil.which("redis-server") or "redis-server", "--bind", "127.0.0.1",
-                "--dir", str(folder), "--save", "", "--appendonly", "no",
-                "--logfile", str(folder / "redis.log")]  # fmt: skip
+        base = [
+            shutil.which("redis-server") or "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(folder),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            str(folder / "redis.log"),
+        ]
         if mode == "password":
             args = ["--port", str(port), "--requirepass", PASSWORD]
             url = f"redis://:{PASSWORD}@127.0.0.1:{port}/0"
         elif mode == "acl":
             # The default user is switched off: only the named user gets in.
-            args = ["--port", str(port), "--user", "default", "off",
-                    "--user", "toolpool", "on", f">{PASSWORD}", "~*", "&*", "+@all"]  # fmt: skip
+            args = [
+                "--port",
+                str(port),
+                "--user",
+                "default",
+                "off",
+                "--user",
+                "toolpool",
+                "on",
+                f">{PASSWORD}",
+                "~*",
+                "&*",
+                "+@all",
+            ]
             url = f"redis://toolpool:{PASSWORD}@127.0.0.1:{port}/0"
         else:
             ca = _make_certificates(folder / "tls")
-            args = ["--port", "0", "--tls-port", str(port),
-                    "--tls-cert-file", str(ca.parent / "server.crt"),
-                    "--tls-key-file", str(ca.parent / "server.key"),
-                    "--tls-ca-cert-file", str(ca), "--tls-auth-clients", "no"]  # fmt: skip
+            args = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(port),
+                "--tls-cert-file",
+                str(ca.parent / "server.crt"),
+                "--tls-key-file",
+                str(ca.parent / "server.key"),
+                "--tls-ca-cert-file",
+                str(ca),
+                "--tls-auth-clients",
+                "no",
+            ]
             url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
         quiet = subprocess.DEVNULL
         process = subprocess.Popen([*base, *args], stdin=quiet, stdout=quiet, stderr=quiet)
@@ -201,8 +259,10 @@ class Pool:
 
     def wait_registered(self, client: redis.Redis) -> None:
         for name in self.workers:
-            wait_for(lambda n=name: client.exists(f"rq:worker:{n}"),  # type: ignore[misc]
-                     f"worker {name} to register")  # fmt: skip
+            wait_for(
+                lambda n=name: client.exists(f"rq:worker:{n}"),  # type: ignore[misc]
+                f"worker {name} to register",
+            )
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -351,17 +411,21 @@ def test_read_only_worker_refuses_tools_that_change_things(
 ) -> None:
     workspace = _workspace(tmp_path, "ws")
     (workspace / "a.txt").write_text("kept\n")
-    pool = Pool.start(_clean_env(TOOLPOOL_REDIS_URL=redis_url), "--workspace", str(workspace),
-                      "--read-only")  # fmt: skip
+    pool = Pool.start(
+        _clean_env(TOOLPOOL_REDIS_URL=redis_url), "--workspace", str(workspace), "--read-only"
+    )
     pools.append(pool)
     assert "read-only" in pool.banner
     with redis.Redis.from_url(redis_url) as client:
         pool.wait_registered(client)
-    write, read, shell = _run_on_pool(redis_url, [
-        {"id": "ro-1", "name": "write_file", "arguments": {"path": "a.txt", "content": "lost"}},
-        {"id": "ro-2", "name": "read_file", "arguments": {"path": "a.txt"}},
-        {"id": "ro-3", "name": "bash", "arguments": {"command": "touch b.txt"}},
-    ])  # fmt: skip
+    write, read, shell = _run_on_pool(
+        redis_url,
+        [
+            {"id": "ro-1", "name": "write_file", "arguments": {"path": "a.txt", "content": "lost"}},
+            {"id": "ro-2", "name": "read_file", "arguments": {"path": "a.txt"}},
+            {"id": "ro-3", "name": "bash", "arguments": {"command": "touch b.txt"}},
+        ],
+    )
     # The client answers from the workers' published catalog, with their reason.
     assert write.status is ToolStatus.ERROR
     assert write.error_type is ErrorType.UNKNOWN_TOOL
@@ -374,9 +438,11 @@ def test_read_only_worker_refuses_tools_that_change_things(
     assert read.status is ToolStatus.OK
     assert "kept" in read.content
     # A client that declares the tools itself reaches the worker, which has the last word.
-    [forced] = _run_on_pool(redis_url, [{"id": "ro-4", "name": "write_file",
-                            "arguments": {"path": "a.txt", "content": "lost"}}],
-                            registry=builtin_registry())  # fmt: skip
+    [forced] = _run_on_pool(
+        redis_url,
+        [{"id": "ro-4", "name": "write_file", "arguments": {"path": "a.txt", "content": "lost"}}],
+        registry=builtin_registry(),
+    )
     assert forced.error_type is ErrorType.UNKNOWN_TOOL
     assert "write_file is not served by this worker: the worker runs read-only" in forced.content
     assert (workspace / "a.txt").read_text() == "kept\n"
@@ -393,11 +459,14 @@ def test_disabled_tools_are_refused_and_the_rest_served(
     assert "disabled: bash, grep" in pool.banner
     with redis.Redis.from_url(redis_url) as client:
         pool.wait_registered(client)
-    shell, search, write = _run_on_pool(redis_url, [
-        {"id": "off-1", "name": "bash", "arguments": {"command": "touch b.txt"}},
-        {"id": "off-2", "name": "grep", "arguments": {"pattern": "x"}},
-        {"id": "off-3", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}},
-    ])  # fmt: skip
+    shell, search, write = _run_on_pool(
+        redis_url,
+        [
+            {"id": "off-1", "name": "bash", "arguments": {"command": "touch b.txt"}},
+            {"id": "off-2", "name": "grep", "arguments": {"pattern": "x"}},
+            {"id": "off-3", "name": "write_file", "arguments": {"path": "c.txt", "content": "c"}},
+        ],
+    )
     assert shell.error_type is ErrorType.UNKNOWN_TOOL
     assert (
         "bash is not served on queue 'toolpool.default': it is disabled on the worker"
@@ -413,8 +482,11 @@ def test_disabling_a_tool_that_does_not_exist_is_refused_at_start(tmp_path: Path
     done = subprocess.run(
         [*TOOLPOOL, "worker", "--workspace", str(tmp_path), "--disable-tool", "bsh"],
         env=_clean_env(TOOLPOOL_REDIS_URL="redis://127.0.0.1:1/0"),
-        capture_output=True, text=True, timeout=PATIENCE_S, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+        check=False,
+    )
     assert done.returncode != 0
     assert "Cannot disable 'bsh': no such tool" in done.stderr
 
@@ -437,8 +509,9 @@ def test_bash_gets_only_allow_listed_environment(
     pools.append(pool)
     with redis.Redis.from_url(redis_url) as client:
         pool.wait_registered(client)
-    (result,) = _run_on_pool(redis_url, [{"id": "env-1", "name": "bash",
-                                          "arguments": {"command": "env"}}])  # fmt: skip
+    (result,) = _run_on_pool(
+        redis_url, [{"id": "env-1", "name": "bash", "arguments": {"command": "env"}}]
+    )
     assert result.status is ToolStatus.OK, result
     names = {line.split("=", 1)[0] for line in result.content.splitlines() if "=" in line}
     assert {"PATH", "KEEP_ME", "LC_TIME"} <= names

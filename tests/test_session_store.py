@@ -59,8 +59,12 @@ def test_a_name_is_created_once(store: SessionStore) -> None:
     info = store.read("s1")
     assert info is not None
     assert (info.host, info.state, info.idle_ttl, info.calls, info.cwd) == (
-        "h1", CREATING, 60.0, 0, "."
-    )  # fmt: skip
+        "h1",
+        CREATING,
+        60.0,
+        0,
+        ".",
+    )
     assert store.names() == ["s1"]
 
 
@@ -120,14 +124,19 @@ def test_forget_removes_every_key_of_the_session(store: SessionStore, client: re
 
 def _state(tmp_path: Path, session: str | None) -> CallState:
     call = ToolCall(id="c1", name="read_file")
-    return CallState(call=call, registry=ToolRegistry(), workspace=Workspace(tmp_path),
-                     settings=Settings(),
-                     job=CallJob(call=call, turn_id="t", index=0, session=session))  # fmt: skip
+    return CallState(
+        call=call,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=CallJob(call=call, turn_id="t", index=0, session=session),
+    )
 
 
 def _answer(state: CallState) -> ToolResult:
-    return ToolResult(call_id="c1", name="read_file", status="ok",
-                      content=f"{state.workspace.root}|{state.scope}")  # fmt: skip
+    return ToolResult(
+        call_id="c1", name="read_file", status="ok", content=f"{state.workspace.root}|{state.scope}"
+    )
 
 
 def test_the_step_moves_a_call_into_its_session(store: SessionStore, tmp_path: Path) -> None:

@@ -82,8 +82,9 @@ def _root(settings: Settings) -> Path:
 
 def _hang(executor: Executor, client: redis.Redis, call_id: str, session: str) -> str:
     """Submit a bash call that hangs in ``session``; return its turn id once it holds the lock."""
-    turn = executor.submit([call(call_id, "bash", command=HANG, timeout=HANG_TIMEOUT)],
-                           session=session)  # fmt: skip
+    turn = executor.submit(
+        [call(call_id, "bash", command=HANG, timeout=HANG_TIMEOUT)], session=session
+    )
     wait_for_event(client, "tool_execution_started", call_id)
     return turn.turn_id
 
@@ -106,8 +107,11 @@ def _leaks(result: ToolResult, arguments: dict[str, Any]) -> list[str]:
     if result.name == "list_directory" and arguments["path"] == ".":
         return shown
     given = json.dumps(arguments)
-    shown += [name for name in ("secret-b.txt", "deep-b.txt")
-              if name in result.content and name not in given]  # fmt: skip
+    shown += [
+        name
+        for name in ("secret-b.txt", "deep-b.txt")
+        if name in result.content and name not in given
+    ]
     return shown
 
 
@@ -173,8 +177,13 @@ def test_file_tools_of_one_session_cannot_reach_another_sessions_files(
         write_results = executor.run(
             [call(f"w{i}", tool, **args) for i, (tool, args) in enumerate(writes)], timeout=60
         )
-        own = executor.run([call("own-w", "write_file", path="mine.txt", content="A wrote"),
-                            call("own-r", "read_file", path="mine.txt")], timeout=60)  # fmt: skip
+        own = executor.run(
+            [
+                call("own-w", "write_file", path="mine.txt", content="A wrote"),
+                call("own-r", "read_file", path="mine.txt"),
+            ],
+            timeout=60,
+        )
 
     for (tool, args, refused), result in zip(reads, read_results, strict=True):
         assert not _leaks(result, args), (tool, args, result.content)
@@ -259,8 +268,9 @@ def test_a_hung_exclusive_call_delays_no_other_session(
         assert _holders(sessions, "A") == ["a-hang"], "the call does not hold its session's lock"
 
         # B's exclusive call runs to its end while A's still holds A's lock.
-        [written] = executor.run([call("b-write", "write_file", path="b.txt", content="B")],
-                                 session="B", timeout=30)  # fmt: skip
+        [written] = executor.run(
+            [call("b-write", "write_file", path="b.txt", content="B")], session="B", timeout=30
+        )
         assert ok(written).startswith("Successfully wrote"), written.content
         assert not named(events(client), "lock_released", ["a-hang"])
         assert _holders(sessions, "A") == ["a-hang"]
@@ -319,8 +329,13 @@ def test_create_empty_and_from_a_template_copied_like_cp_a(
 
     # The session's own writes change its copy, never the template.
     with Executor(settings=h1, session="copied") as executor:
-        results = executor.run([call("w", "write_file", path="data.txt", content="changed"),
-                                call("x", "bash", command="./run.sh")], timeout=60)  # fmt: skip
+        results = executor.run(
+            [
+                call("w", "write_file", path="data.txt", content="changed"),
+                call("x", "bash", command="./run.sh"),
+            ],
+            timeout=60,
+        )
     ok(results[0])
     assert stdout_lines(results[1]) == ["run"]
     assert (copy / "data.txt").read_text() == "changed"
@@ -371,8 +386,15 @@ def test_list_shows_each_sessions_calls_and_pending_calls(
     sessions.create("busy")
     sessions.create("quiet")
     with Executor(settings=h1, session="busy") as executor:
-        ok(executor.run([call("l1", "write_file", path="f.txt", content="x"),
-                         call("l2", "read_file", path="f.txt")], timeout=60)[1])  # fmt: skip
+        ok(
+            executor.run(
+                [
+                    call("l1", "write_file", path="f.txt", content="x"),
+                    call("l2", "read_file", path="f.txt"),
+                ],
+                timeout=60,
+            )[1]
+        )
         listed = {info.name: info for info in sessions.list()}
         assert (listed["busy"].calls, listed["busy"].pending) == (2, 0)
         assert (listed["quiet"].calls, listed["quiet"].pending) == (0, 0)
@@ -413,8 +435,7 @@ def test_delete_refuses_while_calls_run_and_force_cancels_them(
             sessions.get("doomed")
 
         # This executor still knows the session's host: the worker refuses the call.
-        [late] = executor.run([call("d-late", "write_file", path="f.txt", content="y")],
-                              timeout=30)  # fmt: skip
+        [late] = executor.run([call("d-late", "write_file", path="f.txt", content="y")], timeout=30)
     with Executor(settings=h1, session="doomed") as fresh:
         [fresh_late] = fresh.run([call("d-fresh", "read_file", path="f.txt")], timeout=30)
     for result in (late, fresh_late):
@@ -478,8 +499,9 @@ def test_two_hosts_without_a_shared_disk_lose_no_write(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers, client: redis.Redis
 ) -> None:
     hosts = {name: host_settings(redis_url, tmp_path, name) for name in ("h1", "h2")}
-    names = {host: {w.name for w in make_workers(settings).start(2)}
-             for host, settings in hosts.items()}  # fmt: skip
+    names = {
+        host: {w.name for w in make_workers(settings).start(2)} for host, settings in hosts.items()
+    }
     orchestrator = Settings(redis_url=redis_url)
     with Sessions(settings=orchestrator) as manager:
         assert manager.hosts() == {"h1": 2, "h2": 2}
@@ -539,10 +561,15 @@ def test_a_worker_refuses_a_call_of_a_session_on_another_host(
 
     keys = Keys()
     job = CallJob(
-        call=ToolCall(id="stray", name="write_file",
-                      arguments={"path": "f.txt", "content": "written on the wrong host"}),
-        turn_id=new_turn_id(), index=0, session="pinned",
-    )  # fmt: skip
+        call=ToolCall(
+            id="stray",
+            name="write_file",
+            arguments={"path": "f.txt", "content": "written on the wrong host"},
+        ),
+        turn_id=new_turn_id(),
+        index=0,
+        session="pinned",
+    )
     queue = named_queue(client, keys.host_queue_name(h1.queue, "h1"))
     enqueue_call(queue, job, after=[], result_ttl=600, failure_ttl=600)
     results = ResultStore(client, keys)

@@ -72,18 +72,22 @@ _MARKER = "TOOLPOOL_NETNS_TEST"
 
 
 def test_cut_host_is_answered_others_go_on_and_it_comes_back(tmp_path: Path) -> None:
-    settings = Settings(lock_lease_ms=LEASE_MS, call_liveness_s=LIVENESS_S,
-                        call_heartbeat_s=HEARTBEAT_S)  # fmt: skip
+    settings = Settings(
+        lock_lease_ms=LEASE_MS, call_liveness_s=LIVENESS_S, call_heartbeat_s=HEARTBEAT_S
+    )
     with ExitStack() as stack:
         hosts = stack.enter_context(isolated_hosts(HOSTS))
         port = free_port()
         stack.enter_context(_redis_server(port, ["127.0.0.1", *hosts.addresses()], tmp_path))
         settings = settings.with_changes(redis_url=f"redis://127.0.0.1:{port}/0")
-        pools = {h.name: stack.enter_context(_host_pool(h, port, settings, tmp_path))
-                 for h in hosts.all}  # fmt: skip
+        pools = {
+            h.name: stack.enter_context(_host_pool(h, port, settings, tmp_path)) for h in hosts.all
+        }
         sessions = stack.enter_context(Sessions(settings=settings))
-        wait_for(lambda: sessions.hosts() == dict.fromkeys(HOSTS, WORKERS_PER_HOST),
-                 what=f"{WORKERS_PER_HOST} live workers on each of {HOSTS}")  # fmt: skip
+        wait_for(
+            lambda: sessions.hosts() == dict.fromkeys(HOSTS, WORKERS_PER_HOST),
+            what=f"{WORKERS_PER_HOST} live workers on each of {HOSTS}",
+        )
         for name in HOSTS:
             info = sessions.create(f"s-{name}", host=name, timeout=TURN_TIMEOUT_S)
             assert info.host == name
@@ -121,8 +125,7 @@ class SessionLoop:
     _thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name=f"loop-{self.session}",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name=f"loop-{self.session}", daemon=True)
         self._thread.start()
 
     def stop(self, *, wait: bool = True) -> None:
@@ -151,14 +154,17 @@ class SessionLoop:
 def short_turn(executor: Executor, tag: str) -> TurnRecord:
     """Write a file and read it back in one turn; ok if both answered ok with the content."""
     path = f"turns/{tag}.txt"
-    calls = [ToolCall(name="write_file", arguments={"path": path, "content": tag}),
-             ToolCall(name="read_file", arguments={"path": path})]  # fmt: skip
+    calls = [
+        ToolCall(name="write_file", arguments={"path": path, "content": tag}),
+        ToolCall(name="read_file", arguments={"path": path}),
+    ]
     start = time.monotonic()
     results = executor.run(calls, timeout=TURN_TIMEOUT_S)
     end = time.monotonic()
     right = all(r.status is ToolStatus.OK for r in results) and tag in results[1].content
-    detail = "" if right else "; ".join(f"{r.name}: {r.error_type} {r.content[:200]}"
-                                        for r in results)  # fmt: skip
+    detail = (
+        "" if right else "; ".join(f"{r.name}: {r.error_type} {r.content[:200]}" for r in results)
+    )
     return TurnRecord(start, end, right, detail)
 
 
@@ -196,18 +202,23 @@ class Report:
             f"{self.cut_answer.status.value} / {self.cut_answer.error_type}",
             f"h1's link down for {self.cut_s:.2f} s",
             "h1's `sleep 30` process (stopped by its worker once the lease cannot be proved): "
-            + ("still running when the link came back" if self.tool_ended_s is None
-               else f"ended {self.tool_ended_s:.2f} s after the cut"),
+            + (
+                "still running when the link came back"
+                if self.tool_ended_s is None
+                else f"ended {self.tool_ended_s:.2f} s after the cut"
+            ),
             f"h1's session served again {self.back_s:.2f} s after the link came back "
             f"({len(self.back_attempts)} turn(s): "
-            + ", ".join(f"{'ok' if t.ok else 'failed'} in {t.latency:.2f} s"
-                        for t in self.back_attempts) + ")",
+            + ", ".join(
+                f"{'ok' if t.ok else 'failed'} in {t.latency:.2f} s" for t in self.back_attempts
+            )
+            + ")",
             "events of the cut-off call (seconds from the cut): "
             + (", ".join(self.worker_events) or "(none)"),
             f"s-h1's lock afterwards: {self.lock_after}",
             "h1's pool log (warnings):",
             *(f"  {line}" for line in self.worker_log),
-        ]  # fmt: skip
+        ]
         return "\n".join(lines)
 
     def check(self) -> None:
@@ -239,9 +250,12 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
     try:
         for loop in loops.values():
             loop.start()
-        wait_for(lambda: all(len([t for t in lp.turns if t.ok]) >= BASELINE_TURNS
-                             for lp in loops.values()),
-                 what=f"{BASELINE_TURNS} ok turns in every session")  # fmt: skip
+        wait_for(
+            lambda: all(
+                len([t for t in lp.turns if t.ok]) >= BASELINE_TURNS for lp in loops.values()
+            ),
+            what=f"{BASELINE_TURNS} ok turns in every session",
+        )
         # h1's loop steps aside: its session's next call is the long exclusive one.
         loops["h1"].stop()
         before = {name: loop.completed() for name, loop in loops.items()}
@@ -260,26 +274,35 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
             answered_at = time.monotonic()
             # The cut lasts until the other hosts have shown they go on, and until the cut-off
             # worker has stopped its tool (or long enough to see that it does not).
-            wait_for(lambda: all(len(lp.completed(cut_at)) >= TURNS_IN_CUT for lp in others)
-                     and (tool.ended_at is not None
-                          or time.monotonic() - cut_at >= CUT_HOLD_MAX_S),
-                     what=f"{TURNS_IN_CUT} turns of h2 and h3 inside the cut")  # fmt: skip
+            wait_for(
+                lambda: (
+                    all(len(lp.completed(cut_at)) >= TURNS_IN_CUT for lp in others)
+                    and (tool.ended_at is not None or time.monotonic() - cut_at >= CUT_HOLD_MAX_S)
+                ),
+                what=f"{TURNS_IN_CUT} turns of h2 and h3 inside the cut",
+            )
             hosts.restore("h1")
             restored_at = time.monotonic()
             cut_wall = time.time() - (restored_at - cut_at)
-            during = {lp.session[2:]: [t for t in lp.completed(cut_at) if t.end <= restored_at]
-                      for lp in others}  # fmt: skip
+            during = {
+                lp.session[2:]: [t for t in lp.completed(cut_at) if t.end <= restored_at]
+                for lp in others
+            }
             back = _until_served(settings, restored_at)
         for loop in others:
             loop.stop()
         tool.stop()
-        seen = [e for e in events(client) if e.call_id == call.id
-                and e.event in ("lock_lost", "call_lost", "lock_released")]  # fmt: skip
+        seen = [
+            e
+            for e in events(client)
+            if e.call_id == call.id and e.event in ("lock_lost", "call_lost", "lock_released")
+        ]
         worker_events = [
             f"{e.event} at {e.ts - cut_wall:+.2f} s ({e.worker or 'orchestrator'}"
-            + (f": {e.data['reason']}" if "reason" in e.data else "") + ")"
+            + (f": {e.data['reason']}" if "reason" in e.data else "")
+            + ")"
             for e in sorted(seen, key=lambda e: e.ts)
-        ]  # fmt: skip
+        ]
         status = Sessions(settings=settings)
         try:
             lock = status.lock_status("s-h1")
@@ -296,10 +319,13 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
             back_s=back[-1].end - restored_at,
             back_attempts=back,
             worker_events=worker_events,
-            worker_log=[line for line in h1_pool.log.read_text(errors="replace").splitlines()
-                        if "WARNING" in line],
+            worker_log=[
+                line
+                for line in h1_pool.log.read_text(errors="replace").splitlines()
+                if "WARNING" in line
+            ],
             lock_after=f"{len(lock.holders)} holder(s), {len(lock.queue)} waiting",
-        )  # fmt: skip
+        )
     finally:
         for loop in loops.values():
             loop.stop(wait=False)
@@ -311,8 +337,7 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
 def _until_served(settings: Settings, restored_at: float) -> list[TurnRecord]:
     """Short turns in h1's session, each waited for in full, until one is answered ok."""
     back: list[TurnRecord] = []
-    with Executor(settings=settings, session="s-h1",
-                  wait_for_workers=BACK_BOUND_S) as executor:  # fmt: skip
+    with Executor(settings=settings, session="s-h1", wait_for_workers=BACK_BOUND_S) as executor:
         while not (back and back[-1].ok):
             assert time.monotonic() - restored_at < BACK_BOUND_S, [t.detail for t in back]
             back.append(short_turn(executor, f"s-h1-back-{len(back)}"))
@@ -358,13 +383,29 @@ def _redis_server(port: int, addresses: list[str], folder: Path) -> Iterator[Non
     """A redis-server of this test on ``port``, listening on ``addresses``; stopped by pid."""
     data = folder / "redis"
     data.mkdir()
-    args = [find_redis_server(), "--port", str(port), "--bind", *addresses,
-            "--save", "", "--appendonly", "no", "--protected-mode", "no",
-            "--dir", str(data), "--daemonize", "no",
-            "--logfile", str(data / "redis.log")]  # fmt: skip
+    args = [
+        find_redis_server(),
+        "--port",
+        str(port),
+        "--bind",
+        *addresses,
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--protected-mode",
+        "no",
+        "--dir",
+        str(data),
+        "--daemonize",
+        "no",
+        "--logfile",
+        str(data / "redis.log"),
+    ]
     with (data / "redis.out").open("ab") as output:
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=output,
-                                   stderr=subprocess.STDOUT)  # fmt: skip
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT
+        )
     try:
         probe = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1.0)
         try:
@@ -417,19 +458,40 @@ def _host_pool(host: Host, port: int, settings: Settings, folder: Path) -> Itera
     root.mkdir()
     env = python_path_env({k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")})
     marker = f"{os.getpid()}-{host.name}"
-    env.update({"TOOLPOOL_LOCK_LEASE_MS": str(settings.lock_lease_ms),
-                "TOOLPOOL_CALL_LIVENESS_S": str(settings.call_liveness_s),
-                "TOOLPOOL_CALL_HEARTBEAT_S": str(settings.call_heartbeat_s),
-                _MARKER: marker})  # fmt: skip
-    argv = [sys.executable, "-m", "workers.cli", "worker",
-            "--redis", f"redis://{host.outer_address}:{port}/0",
-            "--sessions-root", str(root), "--host", host.name,
-            "-n", str(WORKERS_PER_HOST), "--grace", "5"]  # fmt: skip
+    env.update(
+        {
+            "TOOLPOOL_LOCK_LEASE_MS": str(settings.lock_lease_ms),
+            "TOOLPOOL_CALL_LIVENESS_S": str(settings.call_liveness_s),
+            "TOOLPOOL_CALL_HEARTBEAT_S": str(settings.call_heartbeat_s),
+            _MARKER: marker,
+        }
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "workers.cli",
+        "worker",
+        "--redis",
+        f"redis://{host.outer_address}:{port}/0",
+        "--sessions-root",
+        str(root),
+        "--host",
+        host.name,
+        "-n",
+        str(WORKERS_PER_HOST),
+        "--grace",
+        "5",
+    ]
     log = folder / f"pool-{host.name}.log"
     with log.open("ab") as output:
         # `ip netns exec` execs the command: the pid is the pool's supervisor.
-        process = subprocess.Popen(host.command(argv), env=env, stdin=subprocess.DEVNULL,
-                                   stdout=output, stderr=subprocess.STDOUT)  # fmt: skip
+        process = subprocess.Popen(
+            host.command(argv),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     try:
         yield HostPool(host, process, log)
     finally:
@@ -460,8 +522,11 @@ def _stop_pool(process: subprocess.Popen[bytes], marker: str) -> list[int]:
             os.killpg(pid, signal.SIGKILL)
         with suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: all(gone(pid) for pid in left), what="the pool's leftovers to die",
-             timeout=_STOP_GRACE_S)  # fmt: skip
+    wait_for(
+        lambda: all(gone(pid) for pid in left),
+        what="the pool's leftovers to die",
+        timeout=_STOP_GRACE_S,
+    )
     return left
 
 

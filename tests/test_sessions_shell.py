@@ -51,8 +51,9 @@ def test_cd_and_export_carry_over_to_a_call_on_another_worker(
         sessions.create("s")
     folder = _folder(settings)
     with Executor(settings=settings, session="s") as executor:
-        [began] = executor.run([call("c1", "bash", command="mkdir sub && cd sub && export X=1")],
-                               timeout=60)  # fmt: skip
+        [began] = executor.run(
+            [call("c1", "bash", command="mkdir sub && cd sub && export X=1")], timeout=60
+        )
         assert began.status is ToolStatus.OK, began.content
         assert worker_of(client, "c1") == first.name
 

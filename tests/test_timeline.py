@@ -39,11 +39,21 @@ def settings(redis_url: str, tmp_path: Path) -> Settings:
 def _turn(settings: Settings, make_workers: MakeWorkers) -> str:
     make_workers(settings).start(2)
     with Executor(settings=settings, wait_for_workers=PATIENCE_S) as executor:
-        turn = executor.submit([
-            {"id": "r1", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": READ_MS}},
-            {"id": "r2", "name": "slow_read", "arguments": {"path": "a.txt", "delay_ms": READ_MS}},
-            {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
-        ])  # fmt: skip
+        turn = executor.submit(
+            [
+                {
+                    "id": "r1",
+                    "name": "slow_read",
+                    "arguments": {"path": "a.txt", "delay_ms": READ_MS},
+                },
+                {
+                    "id": "r2",
+                    "name": "slow_read",
+                    "arguments": {"path": "a.txt", "delay_ms": READ_MS},
+                },
+                {"id": "w", "name": "write_file", "arguments": {"path": "b.txt", "content": "x"}},
+            ]
+        )
         results = executor.collect(turn, timeout=PATIENCE_S)
     assert all(result.is_error is False for result in results), results
     return turn.turn_id
@@ -51,8 +61,9 @@ def _turn(settings: Settings, make_workers: MakeWorkers) -> str:
 
 def _calls(svg: str) -> dict[str, ET.Element]:
     root = ET.fromstring(svg)
-    return {g.attrib["data-call-id"]: g for g in root.iter(f"{SVG}g")
-            if g.attrib.get("class") == "call"}  # fmt: skip
+    return {
+        g.attrib["data-call-id"]: g for g in root.iter(f"{SVG}g") if g.attrib.get("class") == "call"
+    }
 
 
 def _span(element: ET.Element, kind: str) -> tuple[float, float]:
@@ -67,14 +78,16 @@ def test_the_timeline_of_parallel_reads_then_a_write(
     turn_id = _turn(settings, make_workers)
     out = tmp_path / "turn.svg"
 
-    result = CliRunner().invoke(main, ["timeline", turn_id, "-o", str(out),
-                                       "--redis", str(settings.redis_url)])  # fmt: skip
+    result = CliRunner().invoke(
+        main, ["timeline", turn_id, "-o", str(out), "--redis", str(settings.redis_url)]
+    )
 
     assert result.exit_code == 0, result.output
     svg = out.read_text()
     root = ET.fromstring(svg)
-    lanes = [g.attrib["data-worker"] for g in root.iter(f"{SVG}g")
-             if g.attrib.get("class") == "lane"]  # fmt: skip
+    lanes = [
+        g.attrib["data-worker"] for g in root.iter(f"{SVG}g") if g.attrib.get("class") == "lane"
+    ]
     calls = _calls(svg)
     assert sorted(calls) == ["r1", "r2", "w"]
     r1, r2, write = calls["r1"], calls["r2"], calls["w"]
@@ -89,15 +102,17 @@ def test_the_timeline_of_parallel_reads_then_a_write(
     assert _span(write, "run")[0] >= max(b1, b2)
     # Batches: the reads the first, the write the second, marked where it begins.
     assert [g.attrib["data-batch"] for g in (r1, r2, write)] == ["0", "0", "1"]
-    boundaries = [line for line in root.iter(f"{SVG}line")
-                  if line.attrib.get("class") == "batch-boundary"]  # fmt: skip
+    boundaries = [
+        line for line in root.iter(f"{SVG}line") if line.attrib.get("class") == "batch-boundary"
+    ]
     assert [line.attrib["data-batch"] for line in boundaries] == ["1"]
     assert float(boundaries[0].attrib["x1"]) == _span(write, "wait")[0]
 
     # The same drawn as PNG (cairosvg, on the system's libcairo), at twice the SVG's size.
     png = tmp_path / "turn.png"
-    drawn = CliRunner().invoke(main, ["timeline", turn_id, "-o", str(png),
-                                      "--redis", str(settings.redis_url)])  # fmt: skip
+    drawn = CliRunner().invoke(
+        main, ["timeline", turn_id, "-o", str(png), "--redis", str(settings.redis_url)]
+    )
     assert drawn.exit_code == 0, drawn.output
     header = png.read_bytes()[:24]
     assert header[:8] == b"\x89PNG\r\n\x1a\n"
@@ -107,8 +122,15 @@ def test_the_timeline_of_parallel_reads_then_a_write(
 def test_geometry_and_event_times_agree() -> None:
     # Hand-made events: bars are placed by their times, waits drawn before the run.
     def event(name: str, call: str, ts: float, turn: str = "t", **data: object) -> Event:
-        return Event(event=name, ts=ts, call_id=call, turn_id=turn, tool="read_file",
-                     worker=f"w-{call}", data=dict(data))  # fmt: skip
+        return Event(
+            event=name,
+            ts=ts,
+            call_id=call,
+            turn_id=turn,
+            tool="read_file",
+            worker=f"w-{call}",
+            data=dict(data),
+        )
 
     events = [
         event("lock_acquired", "a", 100.0, mode="shared", waited_ms=0),
@@ -121,8 +143,10 @@ def test_geometry_and_event_times_agree() -> None:
     calls = _calls(render_svg(bars, "t"))
 
     assert sorted(calls) == ["a", "b"]
-    (wait_left, wait_right), (run_left, run_right) = (_span(calls["b"], "wait"),
-                                                      _span(calls["b"], "run"))  # fmt: skip
+    (wait_left, wait_right), (run_left, run_right) = (
+        _span(calls["b"], "wait"),
+        _span(calls["b"], "run"),
+    )
     assert wait_right == run_left
     a_left, a_right = _span(calls["a"], "run")
     # b waited from 100.25, after a's run ended at 100.2: no overlap drawn, nor any in time.
@@ -139,8 +163,9 @@ def test_a_turn_without_events_is_a_clear_error(redis_url: str) -> None:
 
 
 def test_a_picture_is_svg_or_png(redis_url: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["timeline", "t", "-o", str(tmp_path / "t.jpg"),
-                                       "--redis", redis_url])  # fmt: skip
+    result = CliRunner().invoke(
+        main, ["timeline", "t", "-o", str(tmp_path / "t.jpg"), "--redis", redis_url]
+    )
 
     assert result.exit_code == 2
     assert "t.jpg: name it *.svg or *.png" in result.output

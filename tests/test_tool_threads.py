@@ -76,8 +76,13 @@ def quick() -> str:
 
 def _state(tmp_path: Path, name: str) -> CallState:
     tool = registry.get(name)
-    return CallState(call=ToolCall(id=f"c-{name}", name=name), registry=registry,
-                     workspace=Workspace(tmp_path), settings=Settings(), tool=tool)  # fmt: skip
+    return CallState(
+        call=ToolCall(id=f"c-{name}", name=name),
+        registry=registry,
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        tool=tool,
+    )
 
 
 def test_a_call_after_a_stuck_tool_runs_at_once(

@@ -709,9 +709,27 @@ _GIT = shutil.which("git")
 _DIRS = ("a", "b", "sub", ".d", "x y")
 _FILES = ("c.log", "d.txt", "e", ".f", "[a]")
 _SEGMENTS = st.sampled_from(
-    ["a", "b", "sub", "*", "**", "?", "a*", "*.log", "c.log", "e", ".*", "[ab]", "[!a]*",
-     "[a-c]*", "x\\ y", "\\[a]", "[[:alpha:]]*", ".d"]
-)  # fmt: skip
+    [
+        "a",
+        "b",
+        "sub",
+        "*",
+        "**",
+        "?",
+        "a*",
+        "*.log",
+        "c.log",
+        "e",
+        ".*",
+        "[ab]",
+        "[!a]*",
+        "[a-c]*",
+        "x\\ y",
+        "\\[a]",
+        "[[:alpha:]]*",
+        ".d",
+    ]
+)
 _LINES = st.builds(
     lambda negated, anchored, segments, folder: (
         ("!" if negated else "") + ("/" if anchored else "") + "/".join(segments) + folder
@@ -750,16 +768,27 @@ def test_the_walk_leaves_out_exactly_what_git_does(
         deepest = max((root / name).parent for name in files)
         if nested_rules and deepest != root:
             (deepest / ".gitignore").write_text("\n".join(nested_rules) + "\n")
-        env = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "HOME": folder,
-               "PATH": os.environ.get("PATH", "")}  # fmt: skip
+        env = {
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "HOME": folder,
+            "PATH": os.environ.get("PATH", ""),
+        }
         subprocess.run([_GIT, "init", "-q"], cwd=root, env=env, check=True)
         listed = subprocess.run(
             [_GIT, "ls-files", "--others", "--exclude-standard", "-z"],
-            cwd=root, env=env, check=True, capture_output=True,
-        ).stdout.decode()  # fmt: skip
+            cwd=root,
+            env=env,
+            check=True,
+            capture_output=True,
+        ).stdout.decode()
         theirs = sorted(name for name in listed.split("\0") if name)
-        walk = walk_files(root, True, lambda _, name: None if name == ".git" else True,
-                          ignores=ignores_at(root, root))  # fmt: skip
+        walk = walk_files(
+            root,
+            True,
+            lambda _, name: None if name == ".git" else True,
+            ignores=ignores_at(root, root),
+        )
         assert sorted(relative for relative, _, _ in walk) == theirs
 
 
@@ -793,9 +822,36 @@ def test_prefilter_takes_only_literals_every_match_contains(
 
 
 _PIECES = st.sampled_from(
-    ["a", "B", "s", "k", "i", "é", ".", r"\.", r"\w", r"\s", r"\b", "^", "$", "[ab]", "[^a]",
-     "(?:a|b)", "(a)", "?", "*", "+", "{2}", "{1,2}", "|", r"\(", "x", "-", " "]
-)  # fmt: skip
+    [
+        "a",
+        "B",
+        "s",
+        "k",
+        "i",
+        "é",
+        ".",
+        r"\.",
+        r"\w",
+        r"\s",
+        r"\b",
+        "^",
+        "$",
+        "[ab]",
+        "[^a]",
+        "(?:a|b)",
+        "(a)",
+        "?",
+        "*",
+        "+",
+        "{2}",
+        "{1,2}",
+        "|",
+        r"\(",
+        "x",
+        "-",
+        " ",
+    ]
+)
 _TEXT = st.text(alphabet="aAbBsSkKiIé.-() x\n\u212a\u017f\u0130\u0131", max_size=40)
 
 

@@ -18,8 +18,9 @@ def test_a_reused_call_id_is_rejected_without_reading_the_other_turns_result(
     (tmp_path / "second.txt").write_text("second turn")
     settings = Settings(redis_url=redis_url, workspace=tmp_path)
     with Executor(settings=settings, registry=builtin_registry()) as executor:
-        first = executor.submit([ToolCall(id="same", name="read_file",
-                                          arguments={"path": "first.txt"})])  # fmt: skip
+        first = executor.submit(
+            [ToolCall(id="same", name="read_file", arguments={"path": "first.txt"})]
+        )
         run_worker(redis_url, settings, builtin_registry(), burst=True)
         assert executor.collect(first, timeout=10)[0].content == "first turn"
 
@@ -78,8 +79,9 @@ def test_events_carry_long_arguments_cut_and_the_call_keeps_them_whole(
 
 
 def test_a_stored_plan_leaves_out_what_is_derived_and_reads_back_whole() -> None:
-    plan = TurnPlan(turn_id="t1", call_ids=["a", "b", "c"], tools=["x", "y", "z"],
-                    batches=[[0, 2]], queue="q")  # fmt: skip
+    plan = TurnPlan(
+        turn_id="t1", call_ids=["a", "b", "c"], tools=["x", "y", "z"], batches=[[0, 2]], queue="q"
+    )
     stored = plan.stored_json()
     for derived_or_default in ("job_ids", "answered", "session"):
         assert derived_or_default not in stored

@@ -120,8 +120,10 @@ def test_compose_file_has_persistent_redis_and_a_scalable_worker() -> None:
     # bash's sandbox needs namespaces and a fresh /proc, which Docker's defaults forbid.
     assert interpolate(env["TOOLPOOL_BASH_SANDBOX"]) == "auto"
     assert set(worker["security_opt"]) == {
-        "seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"
-    }  # fmt: skip
+        "seccomp=unconfined",
+        "apparmor=unconfined",
+        "systempaths=unconfined",
+    }
     grace = float(env["TOOLPOOL_STOP_GRACE"])
     assert float(worker["stop_grace_period"].removesuffix("s")) > grace
     assert set(spec["volumes"]) >= {"workspace", "sessions", "redis-data"}
@@ -156,8 +158,11 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
     sessions = tmp_path / "sessions"
     sessions.mkdir()
     env = {name: interpolate(str(value)) for name, value in service["environment"].items()}
-    env.update(TOOLPOOL_REDIS_URL=redis_url, TOOLPOOL_WORKSPACE=str(workspace),
-               TOOLPOOL_SESSIONS_ROOT=str(sessions))  # fmt: skip
+    env.update(
+        TOOLPOOL_REDIS_URL=redis_url,
+        TOOLPOOL_WORKSPACE=str(workspace),
+        TOOLPOOL_SESSIONS_ROOT=str(sessions),
+    )
     process = subprocess.Popen(
         [*TOOLPOOL, *service["command"]], env=clean_env(**env), stdout=subprocess.PIPE, text=True
     )
@@ -172,8 +177,9 @@ def test_worker_service_command_serves_calls_and_stops_on_sigterm(
                 made = manager.create("s1", timeout=PATIENCE_S)
             (in_session,) = executor.run(
                 [{"name": "write_file", "arguments": {"path": "a.txt", "content": "x"}}],
-                timeout=PATIENCE_S, session="s1",
-            )  # fmt: skip
+                timeout=PATIENCE_S,
+                session="s1",
+            )
             served_by = {e.worker for _, e in read_events(executor.client, executor.keys)}
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=PATIENCE_S) == 0
@@ -205,9 +211,12 @@ def test_dashboard_service_command_serves_the_page(
     env = {name: interpolate(str(value)) for name, value in service["environment"].items()}
     env.update(TOOLPOOL_REDIS_URL=redis_url)
     process = subprocess.Popen(
-        [*TOOLPOOL, *command], env=clean_env(**env), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [*TOOLPOOL, *command],
+        env=clean_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     url = f"http://127.0.0.1:{port}/api/state"
 
     def workers_shown() -> int:
@@ -218,8 +227,10 @@ def test_dashboard_service_command_serves_the_page(
             return 0
 
     try:
-        wait_for(lambda: workers_shown() == 1 or process.poll() is not None,
-                 "the dashboard to show the worker")  # fmt: skip
+        wait_for(
+            lambda: workers_shown() == 1 or process.poll() is not None,
+            "the dashboard to show the worker",
+        )
         assert process.poll() is None
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=PATIENCE_S) == 0
@@ -237,8 +248,12 @@ def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None
     env = clean_env() if path is None else clean_env(PATH=path)
     result = subprocess.run(
         [*TOOLPOOL, "worker", "--redis", free_port_url(), "--workspace", str(tmp_path), *options],
-        env=env, capture_output=True, text=True, timeout=PATIENCE_S, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+        check=False,
+    )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     return result.stdout + result.stderr
@@ -257,10 +272,22 @@ def _started_worker_says(redis_url: str, tmp_path: Path, *options: str, path: st
     """What ``toolpool worker`` prints (both streams) up to its workers' start, then stopped."""
     env = clean_env(PATH=path) if path else clean_env()
     process = subprocess.Popen(
-        [*TOOLPOOL, "worker", "--redis", redis_url, "--workspace", str(tmp_path), "-n", "1",
-         *options],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            *TOOLPOOL,
+            "worker",
+            "--redis",
+            redis_url,
+            "--workspace",
+            str(tmp_path),
+            "-n",
+            "1",
+            *options,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         said, _ = read_until_workers(process, 1)
         process.send_signal(signal.SIGTERM)
@@ -306,8 +333,12 @@ def test_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
     url = free_port_url().replace("redis://", "redis://:hunter2@")
     result = subprocess.run(
         [*TOOLPOOL, "worker", "--redis", url, "--workspace", str(tmp_path)],
-        env=clean_env(), capture_output=True, text=True, timeout=PATIENCE_S, check=False,
-    )  # fmt: skip
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+        check=False,
+    )
     assert result.returncode == 1
     assert "does not answer" in result.stderr
     assert url.replace("hunter2", "***") in result.stderr
@@ -397,10 +428,13 @@ class _StubPool:
         on_start([])
 
 
-@pytest.mark.parametrize(("count", "words"), [
-    (1, "1 worker process (calls run in the worker process)"),
-    (2, "2 worker processes (calls run in the worker processes)"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("count", "words"),
+    [
+        (1, "1 worker process (calls run in the worker process)"),
+        (2, "2 worker processes (calls run in the worker processes)"),
+    ],
+)
 @pytest.mark.parametrize("command", ["up", "worker"])
 def test_the_banner_counts_worker_processes_in_words(
     command: str,
@@ -447,8 +481,11 @@ def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -
     # A session of its own: SIGINT to its process group is what Ctrl+C in a terminal does.
     process = subprocess.Popen(
         [*TOOLPOOL, "up", "--workers", "2", "--workspace", str(tmp_path)],
-        env=clean_env(), stdout=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         text, workers = read_until_workers(process, 2)
         exported = re.search(r"export TOOLPOOL_REDIS_URL=(redis://127\.0\.0\.1:(\d+))", text)
@@ -456,16 +493,19 @@ def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -
         assert exported, text
         assert redis_pid, text
         assert exported.group(2) != "6379"
-        with Executor(settings=Settings(redis_url=exported.group(1)),
-                      wait_for_workers=PATIENCE_S) as executor:  # fmt: skip
+        with Executor(
+            settings=Settings(redis_url=exported.group(1)), wait_for_workers=PATIENCE_S
+        ) as executor:
             turn = executor.submit(
                 [{"name": "bash", "arguments": {"command": "sleep 1; echo survived ctrl-c"}}]
             )
             wait_for(
-                lambda: any(e.event == "tool_execution_started"
-                            for _, e in read_events(executor.client, executor.keys)),
+                lambda: any(
+                    e.event == "tool_execution_started"
+                    for _, e in read_events(executor.client, executor.keys)
+                ),
                 "the call to start",
-            )  # fmt: skip
+            )
             os.killpg(process.pid, signal.SIGINT)
             (result,) = executor.collect(turn, timeout=PATIENCE_S)
         assert process.wait(timeout=PATIENCE_S) == 0

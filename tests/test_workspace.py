@@ -19,8 +19,9 @@ def test_relative_and_absolute_paths_inside_resolve(workspace: Workspace) -> Non
     assert workspace.resolve("a/../a") == workspace.root / "a"
 
 
-@pytest.mark.parametrize("path", ["..", "../x", "a/../../x", "/etc/passwd", "/proc/self/environ",
-                                  "~/x"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path", ["..", "../x", "a/../../x", "/etc/passwd", "/proc/self/environ", "~/x"]
+)
 def test_escapes_are_refused(workspace: Workspace, path: str) -> None:
     with pytest.raises(WorkspaceError, match="is outside the workspace"):
         workspace.resolve(path)

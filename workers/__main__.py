@@ -33,16 +33,31 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         description="Run one toolpool worker process (settings: TOOLPOOL_*).",
     )
     parser.add_argument("--name", default=None, help="Worker name, unique on the Redis.")
-    parser.add_argument("--tools", action="append", default=[], metavar="MODULE:ATTR",
-                        help="Add a registry of your own tools (repeatable).")  # fmt: skip
+    parser.add_argument(
+        "--tools",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="Add a registry of your own tools (repeatable).",
+    )
     parser.add_argument("--fork", action="store_true", help="Fork a process per call.")
-    parser.add_argument("--read-only", action="store_true",
-                        help="Serve only the tools declared read-only.")  # fmt: skip
-    parser.add_argument("--disable-tool", action="append", default=[], metavar="NAME",
-                        help="Do not serve this tool (repeatable).")  # fmt: skip
+    parser.add_argument(
+        "--read-only", action="store_true", help="Serve only the tools declared read-only."
+    )
+    parser.add_argument(
+        "--disable-tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Do not serve this tool (repeatable).",
+    )
     parser.add_argument("--log-level", default="WARNING", help="Logging level.")
-    parser.add_argument("--parent-pid", type=int, default=None,
-                        help="Stop (warm) once this process is no longer the parent.")  # fmt: skip
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="Stop (warm) once this process is no longer the parent.",
+    )
     return parser.parse_args(argv)
 
 
@@ -79,10 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         print("toolpool worker: no Redis URL: set TOOLPOOL_REDIS_URL.", file=sys.stderr)
         return 2
     if args.parent_pid is not None:
-        threading.Thread(target=_watch_parent, args=(args.parent_pid,), name="toolpool-parent",
-                         daemon=True).start()  # fmt: skip
-    run_worker(settings.redis_url, settings, registry, name=args.name, forking=args.fork,
-               logging_level=args.log_level.upper())  # fmt: skip
+        threading.Thread(
+            target=_watch_parent, args=(args.parent_pid,), name="toolpool-parent", daemon=True
+        ).start()
+    run_worker(
+        settings.redis_url,
+        settings,
+        registry,
+        name=args.name,
+        forking=args.fork,
+        logging_level=args.log_level.upper(),
+    )
     return 0
 
 

@@ -93,8 +93,9 @@ class TurnBatcher:
         self._open = None  # a call from now on starts the next turn
         self.turns.append(list(batch.calls))
         try:
-            results = await self.executor.run(batch.calls, session=self.session,
-                                              timeout=self.timeout)  # fmt: skip
+            results = await self.executor.run(
+                batch.calls, session=self.session, timeout=self.timeout
+            )
         except asyncio.CancelledError:
             batch.results.cancel()
             raise

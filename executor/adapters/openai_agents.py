@@ -93,8 +93,9 @@ def _function_tool(
         except ToolpoolError as error:
             if failure_error_function is None:
                 raise
-            log.warning("toolpool: %s call %s got no result: %s", info.name, ctx.tool_call_id,
-                        error)  # fmt: skip
+            log.warning(
+                "toolpool: %s call %s got no result: %s", info.name, ctx.tool_call_id, error
+            )
             message = failure_error_function(ctx, error)
             return str(await message) if inspect.isawaitable(message) else str(message)
         return result.content

@@ -126,8 +126,12 @@ class PoolToolset(AbstractToolset[Any]):
         self, tool_def: ToolDefinition, ctx: RunContext[Any]
     ) -> ToolsetTool[Any]:
         # A definition holds all a pool tool needs: no catalog read (durable execution).
-        return ToolsetTool(toolset=self, tool_def=tool_def, max_retries=ctx.max_retries,
-                           args_validator=_PASS_ARGUMENTS)  # fmt: skip
+        return ToolsetTool(
+            toolset=self,
+            tool_def=tool_def,
+            max_retries=ctx.max_retries,
+            args_validator=_PASS_ARGUMENTS,
+        )
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -151,11 +155,19 @@ class PoolToolset(AbstractToolset[Any]):
             parameters_json_schema=info.parameters,
             # Not ``sequential``: that would split a response's calls into separate turns;
             # the pool's own partitioning already runs writes alone and in order.
-            metadata={"toolpool": {"read_only": info.is_read_only,
-                                   "concurrency_safe": info.is_concurrency_safe}},
-        )  # fmt: skip
-        return ToolsetTool(toolset=self, tool_def=definition, max_retries=ctx.max_retries,
-                           args_validator=_PASS_ARGUMENTS)  # fmt: skip
+            metadata={
+                "toolpool": {
+                    "read_only": info.is_read_only,
+                    "concurrency_safe": info.is_concurrency_safe,
+                }
+            },
+        )
+        return ToolsetTool(
+            toolset=self,
+            tool_def=definition,
+            max_retries=ctx.max_retries,
+            args_validator=_PASS_ARGUMENTS,
+        )
 
 
 def _metadata(result: ToolResult) -> dict[str, object]:

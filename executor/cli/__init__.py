@@ -187,8 +187,9 @@ def call_command(
 
     To run a call in this process, without Redis or workers, use ``toolpool exec``.
     """
-    call = ToolCall(name=name, arguments=json_object(args_json),
-                    **({"id": call_id} if call_id else {}))  # fmt: skip
+    call = ToolCall(
+        name=name, arguments=json_object(args_json), **({"id": call_id} if call_id else {})
+    )
     settings = settings_for(redis_url, prefix, session=session)
     require_redis(settings)
     with talking_to(settings), _executor(settings, wait=wait_for_workers) as executor:
@@ -200,8 +201,12 @@ def call_command(
 @main.command("run")
 @click.argument("source", type=click.File("r", encoding="utf-8"))
 @click.option("--timeout", type=float, default=None, help="Seconds to wait for the turn.")
-@click.option("--jsonl", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Append the turn's events to this JSONL log.")  # fmt: skip
+@click.option(
+    "--jsonl",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Append the turn's events to this JSONL log.",
+)
 @wait_option
 @session_option
 @connection_options

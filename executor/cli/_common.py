@@ -84,8 +84,9 @@ def json_object(text: str, param_hint: str = "--args") -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=param_hint) from None
     if not isinstance(value, dict):
-        raise click.BadParameter("must be a JSON object, e.g. '{\"path\": \"a.txt\"}'",
-                                 param_hint=param_hint)  # fmt: skip
+        raise click.BadParameter(
+            'must be a JSON object, e.g. \'{"path": "a.txt"}\'', param_hint=param_hint
+        )
     return value
 
 

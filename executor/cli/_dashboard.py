@@ -14,12 +14,21 @@ _MISSING = "toolpool dashboard needs its web server: pip install 'toolpool[dashb
 
 @click.command("dashboard")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to serve on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8766, show_default=True,
-              help="The port to serve on.")  # fmt: skip
-@click.option("--token", envvar="TOOLPOOL_DASHBOARD_TOKEN", default=None,
-              help="Require this token: `Authorization: Bearer TOKEN` or `?token=TOKEN` "
-                   "(env TOOLPOOL_DASHBOARD_TOKEN; set it there: a command line is "
-                   "public).")  # fmt: skip
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8766,
+    show_default=True,
+    help="The port to serve on.",
+)
+@click.option(
+    "--token",
+    envvar="TOOLPOOL_DASHBOARD_TOKEN",
+    default=None,
+    help="Require this token: `Authorization: Bearer TOKEN` or `?token=TOKEN` "
+    "(env TOOLPOOL_DASHBOARD_TOKEN; set it there: a command line is "
+    "public).",
+)
 @connection_options
 def dashboard_command(
     host: str, port: int, token: str | None, redis_url: str | None, prefix: str | None
@@ -39,8 +48,11 @@ def dashboard_command(
         raise click.ClickException(_MISSING) from None
     url = require_redis(settings)
     if host not in ("127.0.0.1", "localhost", "::1") and not token:
-        click.echo(f"toolpool dashboard: WARNING: serving {host} without --token: anyone who can "
-                   "reach it can read every call's arguments and results.", err=True)  # fmt: skip
+        click.echo(
+            f"toolpool dashboard: WARNING: serving {host} without --token: anyone who can "
+            "reach it can read every call's arguments and results.",
+            err=True,
+        )
     app = dashboard_app(settings, url, token=token)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

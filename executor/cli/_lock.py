@@ -84,9 +84,12 @@ def lock() -> None:
 @session_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(
-    redis_url: str | None, prefix: str | None, scope: str | None, session: str | None,
+    redis_url: str | None,
+    prefix: str | None,
+    scope: str | None,
+    session: str | None,
     as_json: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Show the lock's holders, its queue and its counters (a session's: --session)."""
     rwlock, url = _open(redis_url, scope, prefix, session)
     try:

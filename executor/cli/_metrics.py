@@ -17,8 +17,13 @@ _MISSING = "toolpool metrics needs prometheus-client: pip install 'toolpool[metr
 
 @click.command("metrics")
 @click.option("--host", default="127.0.0.1", show_default=True, help="The address to serve on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=9464, show_default=True,
-              help="The port to serve /metrics on.")  # fmt: skip
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=9464,
+    show_default=True,
+    help="The port to serve /metrics on.",
+)
 @connection_options
 def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | None) -> None:
     """Serve the pool's metrics at http://HOST:PORT/metrics, for Prometheus.
@@ -45,8 +50,9 @@ def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | N
     signal.signal(signal.SIGTERM, stop_on)
     signal.signal(signal.SIGINT, stop_on)
     server, thread = start_http_server(port, addr=host, registry=registry)
-    click.echo(f"toolpool metrics: serving on http://{host}:{server.server_port}/metrics",
-               err=False)  # fmt: skip
+    click.echo(
+        f"toolpool metrics: serving on http://{host}:{server.server_port}/metrics", err=False
+    )
     # The events are followed on a connection of their own: its reads block.
     follower = redis.Redis.from_url(url, socket_timeout=None)
     try:

@@ -62,11 +62,20 @@ def status_command(
 
 @click.command("events")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing events as they arrive.")
-@click.option("--jsonl", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also append the events to this JSONL file.")  # fmt: skip
+@click.option(
+    "--jsonl",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also append the events to this JSONL file.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON lines instead of text.")
-@click.option("--count", type=int, default=100, show_default=True,
-              help="How many recent events to show first.")  # fmt: skip
+@click.option(
+    "--count",
+    type=int,
+    default=100,
+    show_default=True,
+    help="How many recent events to show first.",
+)
 @click.option("--turn", "turn_id", default=None, help="Only this turn's events.")
 @click.option("--call", "call_id", default=None, help="Only this call's events.")
 @session_option
@@ -166,13 +175,17 @@ def _print_status(report: dict[str, Any]) -> None:
         doing = f"{worker['tool']} ({worker['call_id']})" if worker["call_id"] else "-"
         click.echo(f"  {worker['name']}  pid {worker['pid']}  {worker['state']}  {doing}")
     lock = report["lock"]
-    click.echo(f"Lock {lock.get('scope', '')}: {len(lock['holders'])} holder(s), "
-               f"{len(lock['queue'])} waiter(s)")  # fmt: skip
+    click.echo(
+        f"Lock {lock.get('scope', '')}: {len(lock['holders'])} holder(s), "
+        f"{len(lock['queue'])} waiter(s)"
+    )
     for holder in lock["holders"]:
         owner = holder["owner"]
-        click.echo(f"  holds {holder['mode']:9}  fence {holder['fence']}  {owner['tool']} "
-                   f"({owner['call_id']}) on {owner['worker']}  "
-                   f"{holder['remaining_ms']} ms left")  # fmt: skip
+        click.echo(
+            f"  holds {holder['mode']:9}  fence {holder['fence']}  {owner['tool']} "
+            f"({owner['call_id']}) on {owner['worker']}  "
+            f"{holder['remaining_ms']} ms left"
+        )
     for waiter in lock["queue"]:
         click.echo(f"  waits {waiter['mode']:9}  {waiter}")
     click.echo(f"Recent failures: {len(report['recent_failures'])}")

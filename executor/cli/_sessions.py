@@ -36,16 +36,31 @@ def session() -> None:
 
 @session.command("create")
 @click.argument("name")
-@click.option("--from", "template", type=click.Path(file_okay=False, path_type=Path),
-              default=None, help="Copy this folder (on the session's host) as the session's "
-              "files, as `cp -a` does.")  # fmt: skip
-@click.option("--host", default=None,
-              help="The host whose disk holds it (default: the least loaded).")  # fmt: skip
-@click.option("--idle-ttl", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Delete the session after this long without a call (0: never; default "
-              "TOOLPOOL_SESSION_IDLE_TTL or 86400).")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
-              help="Seconds to wait for the host to make the folder.")  # fmt: skip
+@click.option(
+    "--from",
+    "template",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Copy this folder (on the session's host) as the session's files, as `cp -a` does.",
+)
+@click.option(
+    "--host", default=None, help="The host whose disk holds it (default: the least loaded)."
+)
+@click.option(
+    "--idle-ttl",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Delete the session after this long without a call (0: never; default "
+    "TOOLPOOL_SESSION_IDLE_TTL or 86400).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for the host to make the folder.",
+)
 @connection_options
 def create_command(
     name: str,
@@ -60,8 +75,9 @@ def create_command(
     settings = settings_for(redis_url, prefix)
     started = time.monotonic()
     with talking_to(settings), _sessions(settings) as sessions:
-        info = sessions.create(name, template=template, host=host, idle_ttl=idle_ttl,
-                               timeout=timeout)  # fmt: skip
+        info = sessions.create(
+            name, template=template, host=host, idle_ttl=idle_ttl, timeout=timeout
+        )
     took = time.monotonic() - started
     source = f" from {info.template}" if info.template else ""
     click.echo(f"Created session {info.name!r} on host {info.host!r}{source} in {took:.2f} s.")
@@ -84,13 +100,22 @@ def list_command(as_json: bool, redis_url: str | None, prefix: str | None) -> No
     if not infos:
         click.echo("No sessions. Create one with `toolpool session create NAME`.")
         return
-    rows = [("SESSION", "HOST", "STATE", "SIZE", "CALLS", "PENDING", "LAST USE", "EXPIRES",
-             "LOCK")]  # fmt: skip
+    rows = [("SESSION", "HOST", "STATE", "SIZE", "CALLS", "PENDING", "LAST USE", "EXPIRES", "LOCK")]
     for info in infos:
         host = info.host if info.host in live else f"{info.host} (no live worker)"
-        rows.append((info.name, host, info.state, _size(info.size_bytes), str(info.calls),
-                     str(info.pending), _ago(info.last_used), _expires(info),
-                     _holder(locks[info.name])))  # fmt: skip
+        rows.append(
+            (
+                info.name,
+                host,
+                info.state,
+                _size(info.size_bytes),
+                str(info.calls),
+                str(info.pending),
+                _ago(info.last_used),
+                _expires(info),
+                _holder(locks[info.name]),
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
@@ -117,10 +142,14 @@ def show_command(name: str, as_json: bool, redis_url: str | None, prefix: str | 
 
 @session.command("delete")
 @click.argument("name")
-@click.option("--force", is_flag=True,
-              help="Cancel the session's waiting and running calls first.")  # fmt: skip
-@click.option("--timeout", type=click.FloatRange(min=0), default=60.0, show_default=True,
-              help="Seconds to wait for cancelled calls to end and for the host.")  # fmt: skip
+@click.option("--force", is_flag=True, help="Cancel the session's waiting and running calls first.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for cancelled calls to end and for the host.",
+)
 @connection_options
 def delete_command(
     name: str, force: bool, timeout: float, redis_url: str | None, prefix: str | None
@@ -136,25 +165,38 @@ def delete_command(
     if removed:
         click.echo(f"Deleted session {name!r}: its folder on host {host!r} and its keys.")
     else:
-        click.echo(f"Deleted session {name!r}'s keys; no worker on host {host!r} is live, so "
-                   "its folder there was left in place.")  # fmt: skip
+        click.echo(
+            f"Deleted session {name!r}'s keys; no worker on host {host!r} is live, so "
+            "its folder there was left in place."
+        )
 
 
 def _as_json(info: SessionInfo, lock: LockStatus, live: bool) -> dict[str, object]:
     return {
-        "name": info.name, "host": info.host, "host_live": live, "state": info.state,
-        "created_at": info.created_at, "last_used": info.last_used, "calls": info.calls,
-        "pending": info.pending, "idle_ttl": info.idle_ttl, "expires_at": info.expires_at,
-        "size_bytes": info.size_bytes, "template": info.template, "cwd": info.cwd,
-        "env": sorted(info.env), "lock": _holder(lock),
-    }  # fmt: skip
+        "name": info.name,
+        "host": info.host,
+        "host_live": live,
+        "state": info.state,
+        "created_at": info.created_at,
+        "last_used": info.last_used,
+        "calls": info.calls,
+        "pending": info.pending,
+        "idle_ttl": info.idle_ttl,
+        "expires_at": info.expires_at,
+        "size_bytes": info.size_bytes,
+        "template": info.template,
+        "cwd": info.cwd,
+        "env": sorted(info.env),
+        "lock": _holder(lock),
+    }
 
 
 def _holder(lock: LockStatus) -> str:
     if not lock.holders:
         return "free" if not lock.queue else f"free, {len(lock.queue)} waiting"
-    held = ", ".join(f"{h.mode} {h.owner.tool or '?'} ({h.owner.call_id or '?'})"
-                     for h in lock.holders)  # fmt: skip
+    held = ", ".join(
+        f"{h.mode} {h.owner.tool or '?'} ({h.owner.call_id or '?'})" for h in lock.holders
+    )
     return held + (f", {len(lock.queue)} waiting" if lock.queue else "")
 
 

@@ -14,9 +14,13 @@ from executor.wire import Keys, TurnPlan, read_events
 
 @click.command("timeline")
 @click.argument("turn_id")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write it here, SVG or PNG by the name's suffix (default: SVG on standard "
-                   "output).")  # fmt: skip
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write it here, SVG or PNG by the name's suffix (default: SVG on standard output).",
+)
 @connection_options
 def timeline_command(
     turn_id: str, output: Path | None, redis_url: str | None, prefix: str | None
@@ -28,8 +32,7 @@ def timeline_command(
     Read from the events Redis keeps (the newest TOOLPOOL_EVENTS_MAXLEN, 10,000 by default).
     """
     if output is not None and output.suffix.lower() not in (".svg", ".png"):
-        raise click.BadParameter(f"{output.name}: name it *.svg or *.png",
-                                 param_hint="--output")  # fmt: skip
+        raise click.BadParameter(f"{output.name}: name it *.svg or *.png", param_hint="--output")
     settings = settings_for(redis_url, prefix)
     client = redis.Redis.from_url(require_redis(settings), socket_timeout=10.0)
     keys = Keys(settings.key_prefix)
@@ -47,8 +50,9 @@ def timeline_command(
         )
     plan = TurnPlan.model_validate_json(stored) if stored is not None else None
     bars = turn_bars(events, turn_id, plan)
-    svg = render_svg(bars, f"turn {turn_id}: {len(bars)} calls on {len({b.worker for b in bars})} "
-                           "workers")  # fmt: skip
+    svg = render_svg(
+        bars, f"turn {turn_id}: {len(bars)} calls on {len({b.worker for b in bars})} workers"
+    )
     if output is None:
         click.echo(svg)
         return

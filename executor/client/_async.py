@@ -186,9 +186,14 @@ class AsyncExecutor:
             with reaching(self._home.redis_url, f"while loading turn {turn}", turn):
                 plan = plan_from(turn, await self._client.get(self._home.keys.turn(turn)))
         results = await self._home.collector.wait_async(
-            plan, deadline, limit, self._client, self._blocking, fresh=take_fresh(turn),
+            plan,
+            deadline,
+            limit,
+            self._client,
+            self._blocking,
+            fresh=take_fresh(turn),
             time_out=time_out,
-        )  # fmt: skip
+        )
         if self._home.logs_events and len(results) == len(plan.enqueued()):
             await asyncio.to_thread(self._log_collected, turn)
         return plan, results

@@ -261,11 +261,13 @@ class Collector:
                     watch.missing_since = watch.deferred_since = None
                 if time.monotonic() >= deadline:
                     raise unreachable(
-                        self._url, exc, f"for {outage.lasted():.1f} s while collecting turn "
+                        self._url,
+                        exc,
+                        f"for {outage.lasted():.1f} s while collecting turn "
                         f"{plan.turn_id}, until the collect's timeout ({limit:g} s): its calls "
                         f"may still run; collect({plan.turn_id!r}) again once Redis is back",
                         plan.turn_id,
-                    ) from None  # fmt: skip
+                    ) from None
                 yield _Pause(max(0.0, min(outage.pause(), deadline - time.monotonic())))
 
     def _check(
@@ -324,24 +326,29 @@ class Collector:
             if status is None:
                 # No job and no run: the submit lost Redis before it enqueued this call.
                 answer = ToolResult.failure(
-                    call_id, plan.tools[index], ErrorType.CANCELLED,
+                    call_id,
+                    plan.tools[index],
+                    ErrorType.CANCELLED,
                     f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
                     "be reached while its turn was submitted). Call it again.",
-                )  # fmt: skip
+                )
                 self._results.publish(plan.turn_id, answer)
                 stored = self._results.get(call_id)
                 if stored is not None:
                     results[call_id] = stored
                 continue
             lost = ToolResult.failure(
-                call_id, plan.tools[index], ErrorType.WORKER_LOST,
+                call_id,
+                plan.tools[index],
+                ErrorType.WORKER_LOST,
                 f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
                 "its connection) before it stored a result. The call may have run in part; "
                 "check its effects before calling it again.",
-            )  # fmt: skip
+            )
             if self._results.publish(plan.turn_id, lost):
-                self._events.emit("call_lost", call_id=call_id, turn_id=plan.turn_id,
-                                  tool=plan.tools[index])  # fmt: skip
+                self._events.emit(
+                    "call_lost", call_id=call_id, turn_id=plan.turn_id, tool=plan.tools[index]
+                )
             end_lost_job(self._client, rq_id)
             stored = self._results.get(call_id)
             if stored is not None:
@@ -367,8 +374,12 @@ class Collector:
                 continue
             self._results.publish(
                 plan.turn_id,
-                ToolResult.failure(call_id, plan.tools[index], ErrorType.TIMEOUT,
-                       f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
-                       "may still run or have run; check its effects before calling again."),
-            )  # fmt: skip
+                ToolResult.failure(
+                    call_id,
+                    plan.tools[index],
+                    ErrorType.TIMEOUT,
+                    f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
+                    "may still run or have run; check its effects before calling again.",
+                ),
+            )
         results.update(self._results.get_many([c for c in plan.enqueued() if c not in results]))

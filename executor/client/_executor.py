@@ -150,16 +150,24 @@ class Executor:
         self.client = connect(url)
         self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
         self.queue = call_queue(self.client, self.keys, self.settings.queue)
-        self.events = EventLog(self.client, self.keys, maxlen=self.settings.events_maxlen,
-                               worker="orchestrator")  # fmt: skip
+        self.events = EventLog(
+            self.client, self.keys, maxlen=self.settings.events_maxlen, worker="orchestrator"
+        )
         self._collector = Collector(
-            url, self.client, connect(url, blocking_s=LIVENESS_CHECK_S), self.results,
-            self.queue, self.keys, self.settings, self.events,
-        )  # fmt: skip
+            url,
+            self.client,
+            connect(url, blocking_s=LIVENESS_CHECK_S),
+            self.results,
+            self.queue,
+            self.keys,
+            self.settings,
+            self.events,
+        )
         self.usage = Usage(self.max_tool_calls)
         self.sessions = SessionStore(self.client, self.keys)
-        self._routes = Routes(self.client, self.keys, self.settings,
-                              wait_for_workers=self.wait_for_workers)  # fmt: skip
+        self._routes = Routes(
+            self.client, self.keys, self.settings, wait_for_workers=self.wait_for_workers
+        )
         self._queues: dict[str, Queue] = {}
         self._jsonl_handle: IO[str] | None = None
         if isinstance(self.jsonl, Path):
@@ -235,14 +243,19 @@ class Executor:
         except UNREACHABLE as exc:
             if not progress.plan_stored:
                 raise unreachable(
-                    self.redis_url, exc, "before the turn was submitted: none of its calls runs; "
+                    self.redis_url,
+                    exc,
+                    "before the turn was submitted: none of its calls runs; "
                     "submit it again once Redis is back",
-                ) from None  # fmt: skip
+                ) from None
             raise unreachable(
-                self.redis_url, exc, f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
+                self.redis_url,
+                exc,
+                f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
                 f"its {progress.total} calls enqueued by then run; collect({turn_id!r}) "
-                "answers the others as never enqueued ('did not run')", turn_id,
-            ) from None  # fmt: skip
+                "answers the others as never enqueued ('did not run')",
+                turn_id,
+            ) from None
 
     def _submit(
         self, turn_id: str, parsed: list[ToolCall], progress: _Progress, session: str | None
@@ -273,8 +286,7 @@ class Executor:
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:
-        target.set(self.keys.turn(plan.turn_id), plan.stored_json(),
-                   ex=self.settings.result_ttl)  # fmt: skip
+        target.set(self.keys.turn(plan.turn_id), plan.stored_json(), ex=self.settings.result_ttl)
 
     def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall], progress: _Progress) -> None:
         """Enqueue the plan's batches, each after every job of the batch before it.
@@ -287,22 +299,34 @@ class Executor:
         last = plan.batches[-1] if plan.batches else []
         for number, batch_indexes in enumerate(plan.batches):
             jobs = [
-                CallJob(call=parsed[index], turn_id=plan.turn_id, index=index,
-                        session=plan.session, last_batch=batch_indexes is last)
+                CallJob(
+                    call=parsed[index],
+                    turn_id=plan.turn_id,
+                    index=index,
+                    session=plan.session,
+                    last_batch=batch_indexes is last,
+                )
                 for index in batch_indexes
-            ]  # fmt: skip
+            ]
             ttl, failure_ttl = self.settings.rq_record_ttl, self.settings.result_ttl
             if number == 0:
                 with self.client.pipeline() as pipe:
                     for job in jobs:
-                        enqueue_call(queue, job, after=[], pipeline=pipe, result_ttl=ttl,
-                                     failure_ttl=failure_ttl)  # fmt: skip
+                        enqueue_call(
+                            queue,
+                            job,
+                            after=[],
+                            pipeline=pipe,
+                            result_ttl=ttl,
+                            failure_ttl=failure_ttl,
+                        )
                     pipe.execute()
                 progress.enqueued += len(jobs)
             else:
                 for job in jobs:
-                    enqueue_call(queue, job, after=previous, result_ttl=ttl,
-                                 failure_ttl=failure_ttl)  # fmt: skip
+                    enqueue_call(
+                        queue, job, after=previous, result_ttl=ttl, failure_ttl=failure_ttl
+                    )
                     progress.enqueued += 1
             previous = [plan.job_ids[index] for index in batch_indexes]
 
@@ -347,8 +371,9 @@ class Executor:
         else:
             with reaching(self.redis_url, f"while loading turn {turn}", turn):
                 plan = self._load_plan(turn)
-        results = self._collector.wait(plan, deadline, limit, fresh=take_fresh(turn),
-                                       time_out=time_out)  # fmt: skip
+        results = self._collector.wait(
+            plan, deadline, limit, fresh=take_fresh(turn), time_out=time_out
+        )
         if len(results) == len(plan.enqueued()):
             self.log_collected(turn)
         return plan, results
@@ -389,9 +414,13 @@ class Executor:
                 continue
             self.results.publish(
                 plan.turn_id,
-                ToolResult.failure(call_id, plan.tools[index], ErrorType.CANCELLED,
-                       f"{plan.tools[index]!r} did not run: its turn was cancelled."),
-            )  # fmt: skip
+                ToolResult.failure(
+                    call_id,
+                    plan.tools[index],
+                    ErrorType.CANCELLED,
+                    f"{plan.tools[index]!r} did not run: its turn was cancelled.",
+                ),
+            )
 
     def tools(self, *, session: str | None = None) -> list[ToolInfo]:
         """The tools calls can name: the live workers' catalog (or ``registry``'s tools); in a
@@ -437,8 +466,12 @@ class Executor:
         stop_reason: str | None = None
         for index, call in enumerate(calls):
             if stop_reason is not None:
-                answered[index] = ToolResult.failure(call.id, call.name, ErrorType.REJECTED,
-                                         f"{call.name!r} did not run: {stop_reason}")  # fmt: skip
+                answered[index] = ToolResult.failure(
+                    call.id,
+                    call.name,
+                    ErrorType.REJECTED,
+                    f"{call.name!r} did not run: {stop_reason}",
+                )
                 continue
             checked = self._check(call, queue)
             if isinstance(checked, ToolResult):
@@ -459,8 +492,11 @@ class Executor:
     def _check(self, call: ToolCall, queue: str) -> ToolInfo | ToolResult:
         """The tool ``call`` names, or the result that answers a call that cannot run."""
         try:
-            tool = (ToolInfo.of(self.registry.get(call.name)) if self.registry is not None
-                    else self._routes.tool(call.name, queue))  # fmt: skip
+            tool = (
+                ToolInfo.of(self.registry.get(call.name))
+                if self.registry is not None
+                else self._routes.tool(call.name, queue)
+            )
         except UnknownToolError as exc:
             return refusals.unknown_tool(call, exc)
         if call.arguments_error is not None:  # not JSON, or not an object: never enqueued
@@ -488,8 +524,12 @@ class Executor:
         """
         with self.client.pipeline(transaction=False) as pipe:
             for index in runnable:
-                pipe.set(self.keys.call_claim(calls[index].id), turn_id, nx=True,
-                         ex=self.settings.result_ttl)  # fmt: skip
+                pipe.set(
+                    self.keys.call_claim(calls[index].id),
+                    turn_id,
+                    nx=True,
+                    ex=self.settings.result_ttl,
+                )
             if session is not None and runnable:
                 self.sessions.add_calls(session, [calls[i].id for i in runnable], pipe=pipe)
             self._store_plan(pipe, plan)
@@ -498,9 +538,11 @@ class Executor:
         if session is not None and runnable and not replies[len(runnable)]:
             # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
             self._routes.forget(session)
-            answered.update(_unknown_session(
-                calls, runnable, f"session {session!r} does not exist or is being deleted"
-            ))  # fmt: skip
+            answered.update(
+                _unknown_session(
+                    calls, runnable, f"session {session!r} does not exist or is being deleted"
+                )
+            )
             return []
         kept = []
         for index, ok in zip(runnable, claimed, strict=True):
@@ -509,10 +551,12 @@ class Executor:
                 continue
             call = calls[index]
             answered[index] = ToolResult.failure(
-                call.id, call.name, ErrorType.REJECTED,
+                call.id,
+                call.name,
+                ErrorType.REJECTED,
                 f"Call id {call.id!r} was already used by another turn; each call needs a "
                 "unique id.",
-            )  # fmt: skip
+            )
         return kept
 
     def _refusal(self, turn_id: str, call: ToolCall, tool: ToolInfo) -> str | None:
@@ -598,8 +642,7 @@ def _plan(
 ) -> TurnPlan:
     """The turn's plan: its runnable calls in batches (consecutive concurrency-safe calls
     together, every other call alone), the answers of the others, where its jobs go."""
-    batches = partition([parsed[i] for i in runnable],
-                        lambda c: tools[c.id].is_concurrency_safe)  # fmt: skip
+    batches = partition([parsed[i] for i in runnable], lambda c: tools[c.id].is_concurrency_safe)
     return TurnPlan(
         turn_id=turn_id,
         call_ids=[c.id for c in parsed],
@@ -632,10 +675,14 @@ def _unknown_session(
 ) -> dict[int, ToolResult]:
     """``unknown_session`` answers for the calls at ``indexes``: none of them ran."""
     return {
-        index: ToolResult.failure(calls[index].id, calls[index].name, ErrorType.UNKNOWN_SESSION,
-                                  f"{calls[index].name!r} did not run: {problem}.")
+        index: ToolResult.failure(
+            calls[index].id,
+            calls[index].name,
+            ErrorType.UNKNOWN_SESSION,
+            f"{calls[index].name!r} did not run: {problem}.",
+        )
         for index in indexes
-    }  # fmt: skip
+    }
 
 
 def _refuse_duplicate_ids(calls: Sequence[ToolCall]) -> None:

@@ -45,17 +45,21 @@ def required_url(url: str | None, settings: Settings) -> str:
 def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:
     """A client whose commands fail within ``REDIS_TIMEOUT_S`` (plus ``blocking_s`` for BLPOP)."""
     return redis.Redis.from_url(
-        url, socket_timeout=REDIS_TIMEOUT_S + blocking_s,
-        socket_connect_timeout=REDIS_TIMEOUT_S, retry=Retry(NoBackoff(), 1),
-    )  # fmt: skip
+        url,
+        socket_timeout=REDIS_TIMEOUT_S + blocking_s,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 1),
+    )
 
 
 def connect_async(url: str, *, blocking_s: float = 0.0) -> redis.asyncio.Redis:
     """``connect``'s client on ``redis.asyncio``, with the same time limits."""
     return redis.asyncio.Redis.from_url(
-        url, socket_timeout=REDIS_TIMEOUT_S + blocking_s,
-        socket_connect_timeout=REDIS_TIMEOUT_S, retry=AsyncRetry(NoBackoff(), 1),
-    )  # fmt: skip
+        url,
+        socket_timeout=REDIS_TIMEOUT_S + blocking_s,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        retry=AsyncRetry(NoBackoff(), 1),
+    )
 
 
 def unreachable(
@@ -66,7 +70,7 @@ def unreachable(
         f"Redis at {shown_url(url or '')} could not be reached {doing}. "
         f"({type(exc).__name__}: {exc})",
         turn_id,
-    )  # fmt: skip
+    )
 
 
 @contextlib.contextmanager

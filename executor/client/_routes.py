@@ -44,9 +44,11 @@ class Routes:
             return known[0], ""
         found = self._sessions.locate(session)
         if found is None:
-            return None, (f"session {session!r} does not exist (never created, deleted, or "
-                          "expired after its idle time); create it with `toolpool session "
-                          "create`")  # fmt: skip
+            return None, (
+                f"session {session!r} does not exist (never created, deleted, or "
+                "expired after its idle time); create it with `toolpool session "
+                "create`"
+            )
         state, host = found
         if state != READY:
             return None, f"session {session!r} is {state}, not ready"

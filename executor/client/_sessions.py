@@ -68,8 +68,11 @@ class Sessions:
         """The hosts with live workers serving sessions on this queue, and how many each."""
         with reaching(self.redis_url, "while reading the live workers"):
             queue = self.keys.queue_name(self.settings.queue)
-            live = [e.host for e in read_entries(self.client, self.keys)
-                    if e.queue == queue and e.host_queue]  # fmt: skip
+            live = [
+                e.host
+                for e in read_entries(self.client, self.keys)
+                if e.queue == queue and e.host_queue
+            ]
         return dict(sorted(Counter(live).items()))
 
     def create(
@@ -93,11 +96,13 @@ class Sessions:
         source = str(Path(template).resolve()) if template is not None else ""
         with reaching(self.redis_url, f"while creating session {name}"):
             chosen = self._pick_host(host)
-            if not self.store.create_record(name, host=chosen, queue=self.settings.queue,
-                                            idle_ttl=ttl, template=source):  # fmt: skip
+            if not self.store.create_record(
+                name, host=chosen, queue=self.settings.queue, idle_ttl=ttl, template=source
+            ):
                 raise SessionError(f"Session {name!r} already exists; pick another name.")
-            answer = self._ask(chosen, {"session_op": "create", "name": name,
-                                        "template": source}, timeout)  # fmt: skip
+            answer = self._ask(
+                chosen, {"session_op": "create", "name": name, "template": source}, timeout
+            )
             if answer is None:
                 raise SessionError(
                     f"No worker on host {chosen!r} made session {name!r}'s folder within "
@@ -105,8 +110,9 @@ class Sessions:
                     "delete` removes it)."
                 )
             if not answer.get("ok"):
-                raise SessionError(f"Session {name!r} was not created on host {chosen!r}: "
-                                   f"{answer.get('error')}")  # fmt: skip
+                raise SessionError(
+                    f"Session {name!r} was not created on host {chosen!r}: {answer.get('error')}"
+                )
             return self.get(name)
 
     def get(self, name: str) -> SessionInfo:
@@ -206,9 +212,11 @@ class Sessions:
         # Imported here: the executor imports this module for its session routing.
         from executor.client._executor import Executor
 
-        turns = {raw.decode() if isinstance(raw, bytes) else str(raw)
-                 for raw in self.client.mget([self.keys.call_claim(c) for c in call_ids])
-                 if raw is not None}  # fmt: skip
+        turns = {
+            raw.decode() if isinstance(raw, bytes) else str(raw)
+            for raw in self.client.mget([self.keys.call_claim(c) for c in call_ids])
+            if raw is not None
+        }
         with Executor(self.redis_url, settings=self.settings) as executor:
             for turn_id in sorted(turns):
                 executor.cancel(turn_id)

@@ -36,15 +36,40 @@ from executor._errors import InvalidArgumentsError, ToolDefinitionError
 # Keywords of Draft 2020-12 that only annotate (jsonschema validates with the others).
 _ANNOTATIONS = frozenset(
     {
-        "$schema", "$id", "$anchor", "$dynamicAnchor", "$vocabulary", "$comment", "$defs",
-        "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly",
-        "contentEncoding", "contentMediaType", "contentSchema",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicAnchor",
+        "$vocabulary",
+        "$comment",
+        "$defs",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentEncoding",
+        "contentMediaType",
+        "contentSchema",
     }
-)  # fmt: skip
+)
 KNOWN_KEYWORDS = frozenset(Draft202012Validator.VALIDATORS) | _ANNOTATIONS
 # Where a schema holds subschemas: one, a list of them, or a mapping of names to them.
-_ONE = ("additionalProperties", "items", "contains", "not", "if", "then", "else",
-        "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema")  # fmt: skip
+_ONE = (
+    "additionalProperties",
+    "items",
+    "contains",
+    "not",
+    "if",
+    "then",
+    "else",
+    "propertyNames",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "contentSchema",
+)
 _LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
 _MAPPING = ("properties", "patternProperties", "$defs", "dependentSchemas")
 # A value longer than this is cut in messages (an argument may be megabytes long).

@@ -66,8 +66,9 @@ def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> 
                         pending.append(queue.get_nowait())
                     yield "".join(pending)
 
-        return StreamingResponse(messages(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store"})  # fmt: skip
+        return StreamingResponse(
+            messages(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+        )
 
     async def timeline(request: Request) -> Response:
         turn_id = request.path_params["turn_id"]
@@ -84,8 +85,9 @@ def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> 
         call_id = request.path_params["call_id"]
         result = await asyncio.to_thread(results.get, call_id)
         if result is None:
-            return JSONResponse({"error": f"No result of call {call_id!r} is kept."},
-                                status_code=404)  # fmt: skip
+            return JSONResponse(
+                {"error": f"No result of call {call_id!r} is kept."}, status_code=404
+            )
         full = await asyncio.to_thread(results.full_output, call_id) if result.truncated else None
         return JSONResponse({"result": result.model_dump(mode="json"), "full_output": full})
 
@@ -151,8 +153,9 @@ class _TokenRequired:
         given = given or request.query_params.get("token", "")
         if not hmac.compare_digest(given.encode(), self._token):
             challenge = {"WWW-Authenticate": 'Bearer realm="toolpool"'}
-            response = JSONResponse({"error": "This dashboard needs its token."},
-                                    status_code=401, headers=challenge)  # fmt: skip
+            response = JSONResponse(
+                {"error": "This dashboard needs its token."}, status_code=401, headers=challenge
+            )
             await response(scope, receive, send)
             return
         await self._app(scope, receive, send)

@@ -55,8 +55,9 @@ class Feed:
     async def running(self) -> AsyncIterator[Feed]:
         """Follow the pool while the app runs."""
         self._loop = asyncio.get_running_loop()
-        follower = threading.Thread(target=self._follow, name="toolpool-dashboard-events",
-                                    daemon=True)  # fmt: skip
+        follower = threading.Thread(
+            target=self._follow, name="toolpool-dashboard-events", daemon=True
+        )
         follower.start()
         reading = asyncio.create_task(self._read_snapshots())
         try:
@@ -120,8 +121,9 @@ class Feed:
                 since = history[-1][0] if history else since  # no event missed in between
             while not self._stop.is_set():
                 try:
-                    batches = follow_event_batches(client, keys, since=since, block_ms=500,
-                                                   stop=self._stop)  # fmt: skip
+                    batches = follow_event_batches(
+                        client, keys, since=since, block_ms=500, stop=self._stop
+                    )
                     for batch in batches:
                         since = batch[-1][0]
                         for _, event in batch:
@@ -129,10 +131,12 @@ class Feed:
                             self._recent.append(event)
                         # A read's events as one message to each viewer: one wake-up of the
                         # loop and one write per viewer, not one per event.
-                        self._deliver("".join(
-                            f"event: event\ndata: {event.model_dump_json()}\n\n"
-                            for _, event in batch
-                        ))  # fmt: skip
+                        self._deliver(
+                            "".join(
+                                f"event: event\ndata: {event.model_dump_json()}\n\n"
+                                for _, event in batch
+                            )
+                        )
                         if len(batch) < READ_COUNT:
                             # Let the next events gather in Redis: a busy pool's events reach
                             # the page in a few reads a second, not one read each.

@@ -209,8 +209,9 @@ def _after_fork_in_child() -> None:
 def _flush_at_exit() -> None:
     keeper = _Process.keeper
     if keeper is not None and not keeper.flush(timeout=2.0):
-        logger.warning("Exiting with %d lost lease(s) not reported to Redis",
-                       keeper.pending_reports)  # fmt: skip
+        logger.warning(
+            "Exiting with %d lost lease(s) not reported to Redis", keeper.pending_reports
+        )
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

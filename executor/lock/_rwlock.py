@@ -129,9 +129,11 @@ class RWLock:
         """
         script_timeout = min(2.0, max(0.05, lease_ms / 6000))
         client = redis.Redis.from_url(
-            url, socket_timeout=script_timeout, socket_connect_timeout=script_timeout,
+            url,
+            socket_timeout=script_timeout,
+            socket_connect_timeout=script_timeout,
             retry=Retry(NoBackoff(), 1),
-        )  # fmt: skip
+        )
         blocking = redis.Redis.from_url(
             url, socket_timeout=recheck_s + 2.0, socket_connect_timeout=script_timeout
         )
@@ -161,10 +163,16 @@ class RWLock:
         Closing it closes nothing: the clients stay this lock's.
         """
         return RWLock(
-            self.redis, scope, keys=self._key_space, lease_ms=self.lease_ms,
-            recheck_s=self.recheck_s, waiter_ttl_ms=self.waiter_ttl_ms, policy=self.policy,
-            keeper=self.keeper, blocking_client=self.blocking_redis,
-        )  # fmt: skip
+            self.redis,
+            scope,
+            keys=self._key_space,
+            lease_ms=self.lease_ms,
+            recheck_s=self.recheck_s,
+            waiter_ttl_ms=self.waiter_ttl_ms,
+            policy=self.policy,
+            keeper=self.keeper,
+            blocking_client=self.blocking_redis,
+        )
 
     def __repr__(self) -> str:
         return f"RWLock(scope={self.scope!r}, policy={self.policy!r}, lease_ms={self.lease_ms})"

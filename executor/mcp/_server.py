@@ -216,9 +216,12 @@ class PoolServer:
                 beat += 1
                 waited = time.monotonic() - started
                 await ctx.session.send_progress_notification(
-                    token, beat, None, f"waiting on the pool for {waited:.0f} s",
+                    token,
+                    beat,
+                    None,
+                    f"waiting on the pool for {waited:.0f} s",
                     related_request_id=None if ctx.request_id is None else str(ctx.request_id),
-                )  # fmt: skip
+                )
 
         async with anyio.create_task_group() as group:
             group.start_soon(progress)

@@ -22,12 +22,16 @@ PATH = "/mcp"
 
 
 async def serve_stdio(
-    settings: Settings, *, session: str | None = None, session_per_client: bool = False,
+    settings: Settings,
+    *,
+    session: str | None = None,
+    session_per_client: bool = False,
     policy: ServerPolicy | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Serve one client on this process's stdin and stdout until it closes them."""
-    pool = PoolServer(settings, session=session, session_per_client=session_per_client,
-                      policy=policy)  # fmt: skip
+    pool = PoolServer(
+        settings, session=session, session_per_client=session_per_client, policy=policy
+    )
     try:
         async with std_pipes() as pipes:
             # On the loop's own pipes where it can (no thread hop per message), else the SDK's.
@@ -39,15 +43,21 @@ async def serve_stdio(
 
 
 def http_app(
-    settings: Settings, *, session: str | None = None, session_per_client: bool = False,
-    token: str | None = None, host: str = "127.0.0.1", policy: ServerPolicy | None = None,
-) -> tuple[ASGIApp, PoolServer]:  # fmt: skip
+    settings: Settings,
+    *,
+    session: str | None = None,
+    session_per_client: bool = False,
+    token: str | None = None,
+    host: str = "127.0.0.1",
+    policy: ServerPolicy | None = None,
+) -> tuple[ASGIApp, PoolServer]:
     """The streamable-HTTP ASGI app (MCP at ``/mcp``, whole turns at ``/turns``), behind the
     bearer token if one is set. Its lifespan runs the watch on the pool's tools; a server that
     waits for responses in progress before it stops calls ``pool.watch.end_streams()`` first
     (``serve_http`` does)."""
-    pool = PoolServer(settings, session=session, session_per_client=session_per_client,
-                      policy=policy)  # fmt: skip
+    pool = PoolServer(
+        settings, session=session, session_per_client=session_per_client, policy=policy
+    )
     app: ASGIApp = pool.server.streamable_http_app(
         streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
     )
@@ -74,9 +84,13 @@ def _require_token(app: ASGIApp, token: str) -> ASGIApp:
                         ],
                     }
                 )
-                await send({"type": "http.response.body",
-                            "body": b'{"error": "a bearer token is required: send '
-                                    b'Authorization: Bearer TOKEN"}'})  # fmt: skip
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b'{"error": "a bearer token is required: send '
+                        b'Authorization: Bearer TOKEN"}',
+                    }
+                )
                 return
         await app(scope, receive, send)
 
@@ -97,14 +111,26 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def serve_http(
-    settings: Settings, *, host: str, port: int, session: str | None = None,
-    session_per_client: bool = False, token: str | None = None,
-    on_ready: Callable[[str], None] | None = None, policy: ServerPolicy | None = None,
-) -> None:  # fmt: skip
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    session: str | None = None,
+    session_per_client: bool = False,
+    token: str | None = None,
+    on_ready: Callable[[str], None] | None = None,
+    policy: ServerPolicy | None = None,
+) -> None:
     """Serve streamable HTTP on ``host:port`` until cancelled; ``on_ready(url)`` once it
     listens."""
-    app, pool = http_app(settings, session=session, session_per_client=session_per_client,
-                         token=token, host=host, policy=policy)  # fmt: skip
+    app, pool = http_app(
+        settings,
+        session=session,
+        session_per_client=session_per_client,
+        token=token,
+        host=host,
+        policy=policy,
+    )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = _Uvicorn(config, pool)
     try:

@@ -71,8 +71,10 @@ def turn_routes(pool: PoolServer) -> list[Route]:
         try:
             unknown = set(request.query_params) - {"wait"}
             if unknown:
-                raise ValueError(f"unknown query parameter(s): {', '.join(sorted(unknown))}; "
-                                 "GET /turns/{turn_id}?wait=SECONDS")  # fmt: skip
+                raise ValueError(
+                    f"unknown query parameter(s): {', '.join(sorted(unknown))}; "
+                    "GET /turns/{turn_id}?wait=SECONDS"
+                )
             waiting = _seconds(request.query_params.get("wait"), "wait") or GET_WAIT_S
         except ValueError as exc:
             return _error(400, str(exc))

@@ -65,8 +65,10 @@ class PoolToolSets:
 
     def read(self) -> frozenset[ToolSet]:
         """The distinct tool sets live now; two round trips to Redis."""
-        names = {n.decode() if isinstance(n, bytes) else str(n)
-                 for n in self._client.smembers(self._keys.catalog_index)}  # fmt: skip
+        names = {
+            n.decode() if isinstance(n, bytes) else str(n)
+            for n in self._client.smembers(self._keys.catalog_index)
+        }
         known = sorted(names & self._known.keys())
         new = sorted(names - self._known.keys())
         with self._client.pipeline(transaction=False) as pipe:
@@ -89,8 +91,7 @@ class PoolToolSets:
         try:
             entry = WorkerCatalog.model_validate_json(raw)
         except ValidationError as exc:
-            log.warning("toolpool mcp: ignoring the unreadable catalog of worker %s: %s",
-                        name, exc)  # fmt: skip
+            log.warning("toolpool mcp: ignoring the unreadable catalog of worker %s: %s", name, exc)
             return None
         if entry.queue != self._queue:
             return None
@@ -136,8 +137,10 @@ class ToolsWatch:
         """Send ``notifications/tools/list_changed`` on ``session``'s connection after each
         change, until the connection closes (which cancels this)."""
         if self._connections >= MAX_CONNECTIONS:
-            log.warning("toolpool mcp: %d connections are told of tool changes already; "
-                        "this one is not", MAX_CONNECTIONS)  # fmt: skip
+            log.warning(
+                "toolpool mcp: %d connections are told of tool changes already; this one is not",
+                MAX_CONNECTIONS,
+            )
             return
         # One pending change is enough: the client reads the whole list again anyway.
         send, receive = anyio.create_memory_object_stream[None](1)
@@ -178,8 +181,11 @@ class ToolsWatch:
             found = await anyio.to_thread.run_sync(sets.read)
         except redis.RedisError as exc:
             if not self._failing:
-                log.warning("toolpool mcp: cannot read the workers' catalog, so tool changes "
-                            "are not announced until Redis answers again: %s", exc)  # fmt: skip
+                log.warning(
+                    "toolpool mcp: cannot read the workers' catalog, so tool changes "
+                    "are not announced until Redis answers again: %s",
+                    exc,
+                )
             self._failing = True
             return None
         self._failing = False

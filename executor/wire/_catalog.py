@@ -69,10 +69,19 @@ class WorkerCatalog(BaseModel):
         """An entry for ``tools``, stamped now, with their version; ``withheld`` maps each
         tool the worker was started not to serve to the reason."""
         listed = list(tools)
-        return cls(worker=worker, queue=queue, host=host, pid=pid, read_only=read_only,
-                   tools=listed, withheld=dict(withheld or {}),
-                   version=catalog_version(listed), published_at=time.time(),
-                   host_queue=host_queue, pool_calls=pool_calls)  # fmt: skip
+        return cls(
+            worker=worker,
+            queue=queue,
+            host=host,
+            pid=pid,
+            read_only=read_only,
+            tools=listed,
+            withheld=dict(withheld or {}),
+            version=catalog_version(listed),
+            published_at=time.time(),
+            host_queue=host_queue,
+            pool_calls=pool_calls,
+        )
 
 
 class NoWorkerError(ToolpoolError):
@@ -173,8 +182,9 @@ def withdraw_catalog(client: redis.Redis, keys: Keys, worker: str) -> None:
 
 def read_entries(client: redis.Redis, keys: Keys) -> list[WorkerCatalog]:
     """Every live worker's entry, on every queue; names whose entry expired are dropped."""
-    names = sorted(n.decode() if isinstance(n, bytes) else str(n)
-                   for n in client.smembers(keys.catalog_index))  # fmt: skip
+    names = sorted(
+        n.decode() if isinstance(n, bytes) else str(n) for n in client.smembers(keys.catalog_index)
+    )
     if not names:
         return []
     raw = client.mget([keys.catalog(name) for name in names])

@@ -92,11 +92,21 @@ class EventLog:
         a worker writes several events a call, and a model each cost more than the rest.
         """
         line = json.dumps(
-            {"event": event, "ts": time.time(), "call_id": call_id, "turn_id": turn_id,
-             "tool": tool, "worker": self.worker, "host": self.host, "pid": self.pid,
-             "data": data},
-            ensure_ascii=False, separators=(",", ":"), default=str,
-        )  # fmt: skip
+            {
+                "event": event,
+                "ts": time.time(),
+                "call_id": call_id,
+                "turn_id": turn_id,
+                "tool": tool,
+                "worker": self.worker,
+                "host": self.host,
+                "pid": self.pid,
+                "data": data,
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+            default=str,
+        )
         with self._lock:
             self._pending.append(line)
 

@@ -49,9 +49,14 @@ def enqueue_session_op(queue: Queue, payload: dict[str, object]) -> Job:
     ``session_op``.
     """
     return queue.enqueue_call(
-        func=ENTRY_POINT, args=(payload,), timeout=-1, result_ttl=600, failure_ttl=600,
-        at_front=True, description=f"session {payload.get('session_op')} {payload.get('name')}",
-    )  # fmt: skip
+        func=ENTRY_POINT,
+        args=(payload,),
+        timeout=-1,
+        result_ttl=600,
+        failure_ttl=600,
+        at_front=True,
+        description=f"session {payload.get('session_op')} {payload.get('name')}",
+    )
 
 
 def enqueue_call(

@@ -98,9 +98,14 @@ class ToolResult(BaseModel):
     def failure(cls, call_id: str, name: str, error_type: ErrorType, message: str) -> ToolResult:
         """An error result written outside the runner (a lost worker, a cancelled turn)."""
         return cls(
-            call_id=call_id, name=name, status=ToolStatus.ERROR, content=message,
-            original_chars=len(message), error_type=error_type, error_message=message,
-        )  # fmt: skip
+            call_id=call_id,
+            name=name,
+            status=ToolStatus.ERROR,
+            content=message,
+            original_chars=len(message),
+            error_type=error_type,
+            error_message=message,
+        )
 
 
 def _read_arguments(value: Any) -> tuple[dict[str, Any], str | None]:

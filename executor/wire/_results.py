@@ -33,8 +33,9 @@ class ResultStore:
 
     def publish(self, turn_id: str, result: ToolResult) -> bool:
         """Store ``result`` unless the call has one; True if this one was stored."""
-        return self.stored(self._publish(keys=self._publish_keys(turn_id, result),
-                                         args=self._publish_args(result)))  # fmt: skip
+        return self.stored(
+            self._publish(keys=self._publish_keys(turn_id, result), args=self._publish_args(result))
+        )
 
     def publish_into(self, pipe: Pipeline, turn_id: str, result: ToolResult) -> None:
         """Queue the publish of ``result`` on ``pipe``; its reply goes to ``stored``.

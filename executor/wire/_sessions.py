@@ -132,8 +132,11 @@ class SessionStore:
     ) -> object:
         """List calls as the session's, only while it is ready (1 if listed, else 0); with
         ``pipe``, queued on it, and its reply is that pipeline's."""
-        return self._add_calls(keys=[self.keys.session(name), self.keys.session_calls(name)],
-                               args=[repr(time.time()), *call_ids], client=pipe)  # fmt: skip
+        return self._add_calls(
+            keys=[self.keys.session(name), self.keys.session_calls(name)],
+            args=[repr(time.time()), *call_ids],
+            client=pipe,
+        )
 
     def locate(self, name: str) -> tuple[str, str] | None:
         """The session's state and host (one round trip), or None if there is no session."""
@@ -144,8 +147,10 @@ class SessionStore:
 
     def enter(self, name: str, host: str) -> Entered:
         """Count a call into the session, if it is ready and lives on ``host`` (one round trip)."""
-        reply = [_text(part) for part in self._enter(keys=[self.keys.session(name)],
-                                                     args=[host, repr(time.time())])]  # fmt: skip
+        reply = [
+            _text(part)
+            for part in self._enter(keys=[self.keys.session(name)], args=[host, repr(time.time())])
+        ]
         if reply[0] == "ok":
             return Entered(ok=True, cwd=reply[1], env=json.loads(reply[2] or "{}"))
         if reply[0] == "missing":
@@ -168,8 +173,10 @@ class SessionStore:
 
     def set_size(self, name: str, size_bytes: int) -> None:
         """Record the folder's size, measured now."""
-        self._update(keys=[self.keys.session(name)],
-                     args=["size_bytes", size_bytes, "size_at", repr(time.time())])  # fmt: skip
+        self._update(
+            keys=[self.keys.session(name)],
+            args=["size_bytes", size_bytes, "size_at", repr(time.time())],
+        )
 
     def read(self, name: str) -> SessionInfo | None:
         """The session's record with its pending calls counted, or None if there is none."""

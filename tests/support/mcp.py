@@ -65,17 +65,30 @@ class _Output:
 
 @contextmanager
 def http_server(
-    redis_url: str, log: Path, token: str | None = None, *, token_in_env: bool = False,
+    redis_url: str,
+    log: Path,
+    token: str | None = None,
+    *,
+    token_in_env: bool = False,
     options: Sequence[str] = (),
-) -> Iterator[str]:  # fmt: skip
+) -> Iterator[str]:
     """``toolpool mcp --http [options]`` on a free loopback port; yields its MCP URL once it
     listens.
 
     ``token`` goes on the command line, or with ``token_in_env`` in TOOLPOOL_MCP_TOKEN."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [*TOOLPOOL, "mcp", "--http", "--host", "127.0.0.1", "--port", str(port),
-            "--redis", redis_url]  # fmt: skip
+    argv = [
+        *TOOLPOOL,
+        "mcp",
+        "--http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+    ]
     env = mcp_env()
     if token is not None and token_in_env:
         env["TOOLPOOL_MCP_TOKEN"] = token
@@ -83,13 +96,22 @@ def http_server(
         argv += ["--token", token]
     argv += options
     with log.open("ab") as stderr:
-        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     output = _Output(process, f"toolpool mcp: serving on {url}")
     try:
         # Either the line comes or the process ends (its stdout closes): no waiting past that.
-        wait_for(lambda: output.seen.is_set() or process.poll() is not None,
-                 f"the server to say it serves {url}")  # fmt: skip
+        wait_for(
+            lambda: output.seen.is_set() or process.poll() is not None,
+            f"the server to say it serves {url}",
+        )
         assert output.seen.is_set(), (
             f"the server ended (exit {process.poll()}) before serving; its stdout: "
             f"{output.text()!r}"
@@ -112,16 +134,21 @@ def start_builtin_pool(
     unconfined, the weather offline), once all have published their tools: tools/list reads
     them."""
     settings = Settings(
-        redis_url=redis_url, workspace=workspace, bash_sandbox="off",
-        weather_url=NOWHERE, geocoding_url=NOWHERE,
-    )  # fmt: skip
+        redis_url=redis_url,
+        workspace=workspace,
+        bash_sandbox="off",
+        weather_url=NOWHERE,
+        geocoding_url=NOWHERE,
+    )
     workers = make_workers(settings)
     workers.start(count, registry="workers:builtin_registry")
     client = redis.Redis.from_url(redis_url)
     try:
         keys = Keys(settings.key_prefix)
-        wait_for(lambda: read_catalog(client, keys, keys.queue_name()).workers == count,
-                 "the workers' catalog")  # fmt: skip
+        wait_for(
+            lambda: read_catalog(client, keys, keys.queue_name()).workers == count,
+            "the workers' catalog",
+        )
     finally:
         client.close()
     return workers
@@ -138,11 +165,11 @@ async def stdio_session(
     if redis_url is not None:
         args += ["--redis", redis_url]
     args += options
-    params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env),
-                                   cwd=ROOT)  # fmt: skip
+    params = StdioServerParameters(command=sys.executable, args=args, env=mcp_env(**env), cwd=ROOT)
     with log.open("a") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), mode=mode,
-                          read_timeout_seconds=PATIENCE_S * 2) as client:  # fmt: skip
+        async with Client(
+            stdio_client(params, errlog=errlog), mode=mode, read_timeout_seconds=PATIENCE_S * 2
+        ) as client:
             yield client
 
 

@@ -85,18 +85,21 @@ class Hosts:
 
 def _ip(*args: str) -> str:
     """Run ``ip ARGS``; its output, or a ``CalledProcessError`` carrying its stderr."""
-    result = subprocess.run(["ip", *args], capture_output=True, text=True,
-                            timeout=_IP_TIMEOUT_S, check=False)  # fmt: skip
+    result = subprocess.run(
+        ["ip", *args], capture_output=True, text=True, timeout=_IP_TIMEOUT_S, check=False
+    )
     if result.returncode != 0:
-        raise subprocess.CalledProcessError(result.returncode, ["ip", *args],
-                                            result.stdout, result.stderr)  # fmt: skip
+        raise subprocess.CalledProcessError(
+            result.returncode, ["ip", *args], result.stdout, result.stderr
+        )
     return result.stdout
 
 
 def _check_possible() -> None:
     if os.geteuid() != 0:
-        raise NetnsUnavailable(f"network namespaces need root (this test runs as uid "
-                               f"{os.geteuid()})")  # fmt: skip
+        raise NetnsUnavailable(
+            f"network namespaces need root (this test runs as uid {os.geteuid()})"
+        )
     if shutil.which("ip") is None:
         raise NetnsUnavailable("the `ip` command (iproute2) is not installed")
 
@@ -148,9 +151,14 @@ def _make(names: Sequence[str], made_netns: list[str], made_links: list[str]) ->
         outer, inner = f"tp{pid}{name}a", f"tp{pid}{name}b"
         if len(outer) > 15:
             raise NetnsUnavailable(f"interface name {outer!r} is longer than 15 characters")
-        host = Host(name=name, netns=f"tp-{pid}-{name}", outer=outer, inner=inner,
-                    outer_address=f"{_NETWORK}.{octet}.1",
-                    inner_address=f"{_NETWORK}.{octet}.2")  # fmt: skip
+        host = Host(
+            name=name,
+            netns=f"tp-{pid}-{name}",
+            outer=outer,
+            inner=inner,
+            outer_address=f"{_NETWORK}.{octet}.1",
+            inner_address=f"{_NETWORK}.{octet}.2",
+        )
         _ip("netns", "add", host.netns)
         made_netns.append(host.netns)
         _ip("link", "add", outer, "type", "veth", "peer", "name", inner)
@@ -162,10 +170,29 @@ def _make(names: Sequence[str], made_netns: list[str], made_links: list[str]) ->
         _ip(*inside, "addr", "add", f"{host.inner_address}/30", "dev", inner)
         _ip(*inside, "link", "set", inner, "up")
         _ip(*inside, "link", "set", "lo", "up")
-        _ip("neigh", "replace", host.inner_address, "lladdr", _mac(inner, host.netns),
-            "dev", outer, "nud", "permanent")  # fmt: skip
-        _ip(*inside, "neigh", "replace", host.outer_address, "lladdr", _mac(outer),
-            "dev", inner, "nud", "permanent")  # fmt: skip
+        _ip(
+            "neigh",
+            "replace",
+            host.inner_address,
+            "lladdr",
+            _mac(inner, host.netns),
+            "dev",
+            outer,
+            "nud",
+            "permanent",
+        )
+        _ip(
+            *inside,
+            "neigh",
+            "replace",
+            host.outer_address,
+            "lladdr",
+            _mac(outer),
+            "dev",
+            inner,
+            "nud",
+            "permanent",
+        )
         hosts.append(host)
     return Hosts(hosts)
 

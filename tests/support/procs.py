@@ -133,8 +133,10 @@ class Workers:
         client = redis.Redis.from_url(str(self.settings.redis_url))
         try:
             for worker in batch:
-                wait_for(partial(self._registered, client, worker),
-                         what=f"worker {worker.name} to register")  # fmt: skip
+                wait_for(
+                    partial(self._registered, client, worker),
+                    what=f"worker {worker.name} to register",
+                )
         finally:
             client.close()
         return batch
@@ -244,8 +246,9 @@ def holds(items: Iterable[Event]) -> list[Hold]:
         elif item.event == "lock_released":
             start = acquired.pop(item.call_id)
             end = float(item.data["released_at"])
-            found.append(Hold(item.call_id, item.tool, str(start.data["mode"]), item.worker,
-                              start.ts, end))  # fmt: skip
+            found.append(
+                Hold(item.call_id, item.tool, str(start.data["mode"]), item.worker, start.ts, end)
+            )
     assert not acquired, f"holds that never ended: {sorted(acquired)}"
     return found
 

@@ -27,8 +27,9 @@ def host_settings(redis_url: str, base: Path, host: str, **changes: Any) -> Sett
     sessions_root.mkdir(parents=True, exist_ok=True)
     workspace.mkdir(parents=True, exist_ok=True)
     options: dict[str, Any] = {"lock_lease_ms": 3000, **changes}
-    return Settings(redis_url=redis_url, workspace=workspace, sessions_root=sessions_root,
-                    host=host, **options)  # fmt: skip
+    return Settings(
+        redis_url=redis_url, workspace=workspace, sessions_root=sessions_root, host=host, **options
+    )
 
 
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:

@@ -45,15 +45,20 @@ def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.
     sessions_root.mkdir(parents=True, exist_ok=True)
     with RedisServer() as server:
         settings = Settings.from_env().with_changes(
-            redis_url=server.url, workspace=workspace, lock_lease_ms=5000,
-            sessions_root=sessions_root, host="demo",
-        )  # fmt: skip
+            redis_url=server.url,
+            workspace=workspace,
+            lock_lease_ms=5000,
+            sessions_root=sessions_root,
+            host="demo",
+        )
         pool = WorkerPool(server.url, settings, workers=workers)
         pool.start()
         try:
             processes = "process" if workers == 1 else "processes"
-            echo(f"toolpool demo: Redis at {server.url}, {workers} worker {processes}, "
-                 f"workspace {workspace}\n")  # fmt: skip
+            echo(
+                f"toolpool demo: Redis at {server.url}, {workers} worker {processes}, "
+                f"workspace {workspace}\n"
+            )
             pool.wait_ready(timeout=30)
             with Executor(settings=settings) as executor:
                 _scenarios(executor, echo)
@@ -83,17 +88,25 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
         ToolCall(id="grep-2", name="grep", arguments={"pattern": r"def \w+_lock\("}),
         ToolCall(id="glob", name="glob", arguments={"pattern": "**/*.lua"}),
         ToolCall(id="readme", name="read_file", arguments={"path": "README.md", "limit": 5}),
-        ToolCall(id="write", name="write_file",
-                 arguments={"path": scratch, "content": "# written by the demo\n"}),
-        ToolCall(id="edit", name="edit_file",
-                 arguments={"path": scratch, "old_string": "demo", "new_string": "toolpool demo"}),
+        ToolCall(
+            id="write",
+            name="write_file",
+            arguments={"path": scratch, "content": "# written by the demo\n"},
+        ),
+        ToolCall(
+            id="edit",
+            name="edit_file",
+            arguments={"path": scratch, "old_string": "demo", "new_string": "toolpool demo"},
+        ),
         ToolCall(id="check", name="read_file", arguments={"path": scratch}),
-    ]  # fmt: skip
+    ]
     started = time.time()
     results = executor.run(turn)
     for result in results:
-        echo(f"   {result.call_id:7} {result.name:11} {result.status.value:5} "
-             f"{_first_line(result.content)}")  # fmt: skip
+        echo(
+            f"   {result.call_id:7} {result.name:11} {result.status.value:5} "
+            f"{_first_line(result.content)}"
+        )
     spans = _spans(executor, [c.id for c in turn], started)
     _timeline(spans, echo)
     _verdict(spans, echo)
@@ -102,13 +115,17 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
     (big,) = executor.run([ToolCall(id="big", name="bash", arguments={"command": "seq 1 100000"})])
     head, _, tail = big.content.partition("\n\n... [")
     marker, _, rest = tail.partition("] ...\n\n")
-    echo(f"   {big.original_chars:,} characters out, {len(big.content):,} shown: "
-         f"{len(head):,} from the head, {len(rest):,} from the tail")  # fmt: skip
+    echo(
+        f"   {big.original_chars:,} characters out, {len(big.content):,} shown: "
+        f"{len(head):,} from the head, {len(rest):,} from the tail"
+    )
     echo(f"   marker: ... [{marker}] ...")
     _kept(executor, big, echo)
-    echo("   With a running pool (`toolpool up`, or `toolpool worker` on your Redis), read a\n"
-         "   truncated call's full output with `toolpool output CALL_ID`. This demo's Redis\n"
-         "   stops when it ends, and the full outputs kept on it go with it.")  # fmt: skip
+    echo(
+        "   With a running pool (`toolpool up`, or `toolpool worker` on your Redis), read a\n"
+        "   truncated call's full output with `toolpool output CALL_ID`. This demo's Redis\n"
+        "   stops when it ends, and the full outputs kept on it go with it."
+    )
     _sessions(executor, echo)
     _sandbox(executor, echo)
 
@@ -122,22 +139,25 @@ _HOSTILE = (
 
 
 def _sandbox(executor: Executor, echo: Callable[[str], None]) -> None:
-    echo("\n6. bash's sandbox: a command that tries to write /etc, look at the home folders,\n"
-         "   reach the network and leave a daemon behind")  # fmt: skip
+    echo(
+        "\n6. bash's sandbox: a command that tries to write /etc, look at the home folders,\n"
+        "   reach the network and leave a daemon behind"
+    )
     found = probe(executor.settings.bash_network)
     if executor.settings.bash_sandbox == "off" or found.bwrap is None:
         why = "it is off" if found.bwrap is not None else found.reason
         echo(f"   skipped: bash runs unconfined here ({why}); see docs/sandbox.md")
         return
-    (result,) = executor.run([ToolCall(id="escape", name="bash",
-                                       arguments={"command": _HOSTILE})])  # fmt: skip
+    (result,) = executor.run([ToolCall(id="escape", name="bash", arguments={"command": _HOSTILE})])
     _show(result, echo, lines=12)
     echo("   /etc stayed read-only, the homes empty, no network; the daemon died with the call.")
 
 
 def _sessions(executor: Executor, echo: Callable[[str], None]) -> None:
-    echo("\n5. Sessions: two agents, each with its own folder, lock and shell; each runs\n"
-         '   [bash "mkdir -p src && cd src && sleep 0.5", bash "pwd"]')  # fmt: skip
+    echo(
+        "\n5. Sessions: two agents, each with its own folder, lock and shell; each runs\n"
+        '   [bash "mkdir -p src && cd src && sleep 0.5", bash "pwd"]'
+    )
     names = ("agent-a", "agent-b")
     with Sessions(settings=executor.settings) as sessions:
         for name in names:
@@ -147,10 +167,13 @@ def _sessions(executor: Executor, echo: Callable[[str], None]) -> None:
 
     def agent(name: str) -> None:
         turn = [
-            ToolCall(id=f"{name}-cd", name="bash",
-                     arguments={"command": "mkdir -p src && cd src && sleep 0.5"}),
+            ToolCall(
+                id=f"{name}-cd",
+                name="bash",
+                arguments={"command": "mkdir -p src && cd src && sleep 0.5"},
+            ),
             ToolCall(id=f"{name}-pwd", name="bash", arguments={"command": "pwd"}),
-        ]  # fmt: skip
+        ]
         with Executor(settings=executor.settings) as own:
             results[name] = own.run(turn, session=name)
 
@@ -179,8 +202,10 @@ def _kept(executor: Executor, result: ToolResult, echo: Callable[[str], None]) -
     if full is None:
         echo(f"   (the full output of {result.call_id!r} was not kept on Redis)")
         return
-    echo(f"   the full output was kept on the demo's Redis while it ran: {len(full):,} "
-         "characters, read back from it")  # fmt: skip
+    echo(
+        f"   the full output was kept on the demo's Redis while it ran: {len(full):,} "
+        "characters, read back from it"
+    )
 
 
 def _show(result: ToolResult, echo: Callable[[str], None], *, lines: int) -> None:
@@ -211,8 +236,11 @@ def _spans(executor: Executor, call_ids: Sequence[str], since: float) -> list[_S
         elif item.event == "lock_released" and item.call_id in opened:
             begin = opened.pop(item.call_id)
             end = float(item.data.get("released_at", item.ts))
-            spans.append(_Span(item.call_id, item.tool, str(item.data.get("mode")),
-                               begin.ts, end, item.worker))  # fmt: skip
+            spans.append(
+                _Span(
+                    item.call_id, item.tool, str(item.data.get("mode")), begin.ts, end, item.worker
+                )
+            )
     order = {call_id: i for i, call_id in enumerate(call_ids)}
     return sorted(spans, key=lambda s: order[s.call_id])
 
@@ -229,9 +257,11 @@ def _timeline(spans: list[_Span], echo: Callable[[str], None]) -> None:
         first = int((span.start - origin) / total * _BAR)
         last = max(first + 1, int((span.end - origin) / total * _BAR))
         bar = " " * first + "#" * (last - first)
-        echo(f"   {span.call_id:{width}} {span.tool:11} {span.mode:9} |{bar:<{_BAR}}| "
-             f"{(span.start - origin) * 1000:6.1f}-{(span.end - origin) * 1000:6.1f}  "
-             f"{span.worker}")  # fmt: skip
+        echo(
+            f"   {span.call_id:{width}} {span.tool:11} {span.mode:9} |{bar:<{_BAR}}| "
+            f"{(span.start - origin) * 1000:6.1f}-{(span.end - origin) * 1000:6.1f}  "
+            f"{span.worker}"
+        )
 
 
 def peak_concurrency(spans: Iterable[tuple[float, float]]) -> int:
@@ -255,16 +285,22 @@ def _verdict(spans: list[_Span], echo: Callable[[str], None]) -> None:
     for span in spans:
         if span.mode != "exclusive":
             continue
-        others = [o.call_id for o in spans
-                  if o is not span and o.start < span.end and span.start < o.end]  # fmt: skip
+        others = [
+            o.call_id for o in spans if o is not span and o.start < span.end and span.start < o.end
+        ]
         verdict = "ran alone" if not others else f"OVERLAPPED {', '.join(others)}"
         echo(f"   {span.call_id} ({span.tool}, exclusive): {verdict}")
 
 
 @click.command("demo")
 @click.option("--workers", type=int, default=3, show_default=True, help="Worker processes.")
-@click.option("--workspace", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              default=".", show_default=True, help="Folder the tools look at.")  # fmt: skip
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=".",
+    show_default=True,
+    help="Folder the tools look at.",
+)
 def demo_command(workers: int, workspace: Path) -> None:
     """Show a pool at work on an embedded Redis: parallel reads, a capped read, a write
     alone, truncation; then clean up."""

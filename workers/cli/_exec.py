@@ -34,8 +34,9 @@ def exec_command(
     No Redis, no workers, no lock: the same validation, time limit and truncation as on a
     worker. Useful to try a tool, or a tool of your own, before serving it.
     """
-    call = ToolCall(name=name, arguments=json_object(args_json),
-                    **({"id": call_id} if call_id else {}))  # fmt: skip
+    call = ToolCall(
+        name=name, arguments=json_object(args_json), **({"id": call_id} if call_id else {})
+    )
     registry = or_fail(lambda: build_registry(tool_specs))
     settings = or_fail(Settings.from_env)
     env = CallEnvironment(workspace=or_fail(lambda: Workspace(workspace)), settings=settings)

@@ -45,34 +45,65 @@ _FORK_HELP = (
 def _pool_options(command: F) -> F:
     """The options ``worker`` and ``up`` share: how many workers, which tools, how to stop."""
     options = [
-        click.option("--workers", "-n", type=click.IntRange(1, 256), default=2,
-                     show_default=True, envvar="TOOLPOOL_WORKERS",
-                     help="Worker processes (env TOOLPOOL_WORKERS)."),
+        click.option(
+            "--workers",
+            "-n",
+            type=click.IntRange(1, 256),
+            default=2,
+            show_default=True,
+            envvar="TOOLPOOL_WORKERS",
+            help="Worker processes (env TOOLPOOL_WORKERS).",
+        ),
         tools_option,
         click.option("--fork", is_flag=True, envvar="TOOLPOOL_FORK", help=_FORK_HELP),
-        click.option("--read-only", is_flag=True, envvar="TOOLPOOL_READ_ONLY",
-                     help="Serve only the tools declared read-only; calls to others get an "
-                          "error result saying so (env TOOLPOOL_READ_ONLY)."),
-        click.option("--disable-tool", "disabled_tools", multiple=True, metavar="NAME",
-                     envvar="TOOLPOOL_DISABLE_TOOLS",
-                     help="Do not serve this tool, e.g. bash (repeatable; env "
-                          "TOOLPOOL_DISABLE_TOOLS, space-separated)."),
-        click.option("--sandbox", type=click.Choice(BASH_SANDBOX_MODES), default=None,
-                     help="bash's sandbox (bubblewrap): auto (the default) uses it where it "
-                          "works and warns where not; required refuses to start without it; "
-                          "off runs commands unconfined (env TOOLPOOL_BASH_SANDBOX)."),
-        click.option("--bash-network/--no-bash-network", default=None,
-                     help="Let sandboxed bash commands use the network (default: no network; "
-                          "env TOOLPOOL_BASH_NETWORK)."),
-        click.option("--grace", type=click.FloatRange(0), default=60.0, show_default=True,
-                     envvar="TOOLPOOL_STOP_GRACE",
-                     help="On SIGINT/SIGTERM, seconds the calls in flight may take to finish "
-                          "before their workers are killed (env TOOLPOOL_STOP_GRACE)."),
-        click.option("--log-level", default="WARNING", show_default=True,
-                     envvar="TOOLPOOL_LOG_LEVEL",
-                     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
-                     help="Logging level of the pool and its workers (env TOOLPOOL_LOG_LEVEL)."),
-    ]  # fmt: skip
+        click.option(
+            "--read-only",
+            is_flag=True,
+            envvar="TOOLPOOL_READ_ONLY",
+            help="Serve only the tools declared read-only; calls to others get an "
+            "error result saying so (env TOOLPOOL_READ_ONLY).",
+        ),
+        click.option(
+            "--disable-tool",
+            "disabled_tools",
+            multiple=True,
+            metavar="NAME",
+            envvar="TOOLPOOL_DISABLE_TOOLS",
+            help="Do not serve this tool, e.g. bash (repeatable; env "
+            "TOOLPOOL_DISABLE_TOOLS, space-separated).",
+        ),
+        click.option(
+            "--sandbox",
+            type=click.Choice(BASH_SANDBOX_MODES),
+            default=None,
+            help="bash's sandbox (bubblewrap): auto (the default) uses it where it "
+            "works and warns where not; required refuses to start without it; "
+            "off runs commands unconfined (env TOOLPOOL_BASH_SANDBOX).",
+        ),
+        click.option(
+            "--bash-network/--no-bash-network",
+            default=None,
+            help="Let sandboxed bash commands use the network (default: no network; "
+            "env TOOLPOOL_BASH_NETWORK).",
+        ),
+        click.option(
+            "--grace",
+            type=click.FloatRange(0),
+            default=60.0,
+            show_default=True,
+            envvar="TOOLPOOL_STOP_GRACE",
+            help="On SIGINT/SIGTERM, seconds the calls in flight may take to finish "
+            "before their workers are killed (env TOOLPOOL_STOP_GRACE).",
+        ),
+        click.option(
+            "--log-level",
+            default="WARNING",
+            show_default=True,
+            envvar="TOOLPOOL_LOG_LEVEL",
+            type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+            help="Logging level of the pool and its workers (env TOOLPOOL_LOG_LEVEL).",
+        ),
+    ]
     for option in reversed(options):
         command = option(command)
     return command
@@ -106,14 +137,23 @@ def _workspace_option(default: str | None) -> Callable[[F], F]:
 def _sessions_options(command: F) -> F:
     """``--sessions-root`` and ``--host``: serve sessions from folders on this host's disk."""
     options = [
-        click.option("--sessions-root", type=click.Path(exists=True, file_okay=False,
-                     path_type=Path, resolve_path=True), envvar="TOOLPOOL_SESSIONS_ROOT",
-                     default=None, help="Serve sessions: session S lives in DIR/S (env "
-                     "TOOLPOOL_SESSIONS_ROOT). Without --workspace, only session calls."),
-        click.option("--host", "host", envvar="TOOLPOOL_HOST", default=None,
-                     help="The host name sessions are pinned to (env TOOLPOOL_HOST; default "
-                     "this machine's name). Workers sharing a disk share it."),
-    ]  # fmt: skip
+        click.option(
+            "--sessions-root",
+            type=click.Path(exists=True, file_okay=False, path_type=Path, resolve_path=True),
+            envvar="TOOLPOOL_SESSIONS_ROOT",
+            default=None,
+            help="Serve sessions: session S lives in DIR/S (env "
+            "TOOLPOOL_SESSIONS_ROOT). Without --workspace, only session calls.",
+        ),
+        click.option(
+            "--host",
+            "host",
+            envvar="TOOLPOOL_HOST",
+            default=None,
+            help="The host name sessions are pinned to (env TOOLPOOL_HOST; default "
+            "this machine's name). Workers sharing a disk share it.",
+        ),
+    ]
     for option in reversed(options):
         command = option(command)
     return command
@@ -123,11 +163,19 @@ def _sessions_options(command: F) -> F:
 @connection_options
 @_workspace_option(None)
 @_sessions_options
-@click.option("--queue", envvar="TOOLPOOL_QUEUE", default=None,
-              help="Queue to take calls from (env TOOLPOOL_QUEUE; default 'default').")  # fmt: skip
-@click.option("--scope", envvar="TOOLPOOL_SCOPE", default=None,
-              help="Lock scope (env TOOLPOOL_SCOPE; default 'global'). Workers that share "
-                   "files must share a scope.")  # fmt: skip
+@click.option(
+    "--queue",
+    envvar="TOOLPOOL_QUEUE",
+    default=None,
+    help="Queue to take calls from (env TOOLPOOL_QUEUE; default 'default').",
+)
+@click.option(
+    "--scope",
+    envvar="TOOLPOOL_SCOPE",
+    default=None,
+    help="Lock scope (env TOOLPOOL_SCOPE; default 'global'). Workers that share "
+    "files must share a scope.",
+)
 @_pool_options
 def worker_command(
     redis_url: str | None,
@@ -160,10 +208,17 @@ def worker_command(
             "Or set TOOLPOOL_WORKSPACE."
         )
     settings = settings_for(
-        redis_url, prefix, workspace=workspace or sessions_root, queue=queue, scope=scope,
-        sessions_root=sessions_root, host=host, serve_pool_calls=workspace is not None,
-        bash_sandbox=sandbox, bash_network=bash_network,
-    )  # fmt: skip
+        redis_url,
+        prefix,
+        workspace=workspace or sessions_root,
+        queue=queue,
+        scope=scope,
+        sessions_root=sessions_root,
+        host=host,
+        serve_pool_calls=workspace is not None,
+        bash_sandbox=sandbox,
+        bash_network=bash_network,
+    )
     url = require_redis(settings)
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
@@ -173,11 +228,11 @@ def worker_command(
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     where = []
     if settings.serve_pool_calls:
-        where.append(f"queue {settings.queue!r}, scope {settings.scope!r}, "
-                     f"workspace {settings.workspace}")  # fmt: skip
+        where.append(
+            f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
+        )
     if settings.sessions_root is not None:
-        where.append(f"sessions in {settings.sessions_root} on host "
-                     f"{host_name(settings.host)!r}")  # fmt: skip
+        where.append(f"sessions in {settings.sessions_root} on host {host_name(settings.host)!r}")
     click.echo(
         f"toolpool worker: {_processes(workers)} ({_mode(fork, workers)}) on {shown_url(url)}, "
         + "; ".join(where)
@@ -220,8 +275,15 @@ def up_command(
     and prints its URL for orchestrators. Ctrl+C stops the workers (calls in flight finish),
     then Redis.
     """
-    settings = settings_for(redis_url, None, workspace=workspace, sessions_root=sessions_root,
-                            host=host, bash_sandbox=sandbox, bash_network=bash_network)  # fmt: skip
+    settings = settings_for(
+        redis_url,
+        None,
+        workspace=workspace,
+        sessions_root=sessions_root,
+        host=host,
+        bash_sandbox=sandbox,
+        bash_network=bash_network,
+    )
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
     sandbox_report = _check_sandbox(settings, served)
@@ -234,14 +296,19 @@ def up_command(
     else:
         server = _start_private_redis()
         url = server.url
-        click.echo(f"toolpool up: private Redis (redis-server pid {server.pid}) at "
-                   f"{server.tcp_url} and {server.url}")  # fmt: skip
+        click.echo(
+            f"toolpool up: private Redis (redis-server pid {server.pid}) at "
+            f"{server.tcp_url} and {server.url}"
+        )
     try:
         pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
-        sessions = ("" if settings.sessions_root is None else
-                    f", sessions in {settings.sessions_root}")  # fmt: skip
-        click.echo(f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
-                   f"workspace {settings.workspace}{sessions}")  # fmt: skip
+        sessions = (
+            "" if settings.sessions_root is None else f", sessions in {settings.sessions_root}"
+        )
+        click.echo(
+            f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
+            f"workspace {settings.workspace}{sessions}"
+        )
         click.echo(f"toolpool up: {served.describe()}")
         _print_sandbox(sandbox_report, "toolpool up")
         if server is not None:
@@ -317,10 +384,18 @@ def _build_pool(
     grace: float,
 ) -> WorkerPool:
     return or_fail(
-        lambda: WorkerPool(url, settings, workers=workers, tool_specs=served.tool_specs,
-                           forking=fork, read_only=served.read_only,
-                           disabled_tools=served.disabled, logging_level=log_level, grace=grace)
-    )  # fmt: skip
+        lambda: WorkerPool(
+            url,
+            settings,
+            workers=workers,
+            tool_specs=served.tool_specs,
+            forking=fork,
+            read_only=served.read_only,
+            disabled_tools=served.disabled,
+            logging_level=log_level,
+            grace=grace,
+        )
+    )
 
 
 def _start_private_redis() -> RedisServer:

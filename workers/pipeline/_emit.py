@@ -28,11 +28,15 @@ class Emit:
         result = proceed(state)
         call = state.call
         self._events.defer(
-            "tool_result", call_id=call.id, turn_id=state.turn_id, tool=call.name,
-            duration_ms=result.duration_ms, status=result.status.value,
+            "tool_result",
+            call_id=call.id,
+            turn_id=state.turn_id,
+            tool=call.name,
+            duration_ms=result.duration_ms,
+            status=result.status.value,
             error_type=result.error_type.value if result.error_type else None,
             truncated=result.truncated,
-        )  # fmt: skip
+        )
         return result
 
 

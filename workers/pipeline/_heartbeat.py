@@ -52,8 +52,7 @@ class Heartbeat:
             self._watched = (job, cancelled)
             if self._thread_pid != os.getpid():
                 self._thread_pid = os.getpid()
-                threading.Thread(target=self._loop, name="toolpool-heartbeat",
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(target=self._loop, name="toolpool-heartbeat", daemon=True).start()
         try:
             yield
         finally:

@@ -19,8 +19,9 @@ def install(runtime: WorkerRuntime) -> None:
     """Make ``runtime`` the one that runs this process's calls."""
     global _runtime, _admin  # noqa: PLW0603 -- one runtime per worker process, set once
     _runtime = runtime
-    _admin = SessionAdmin(runtime.client, runtime.keys, runtime.settings.sessions_root,
-                          runtime.host)  # fmt: skip
+    _admin = SessionAdmin(
+        runtime.client, runtime.keys, runtime.settings.sessions_root, runtime.host
+    )
 
 
 def execute(payload: dict[str, Any]) -> dict[str, Any]:

@@ -43,9 +43,13 @@ def lock(state: CallState, proceed: Proceed) -> ToolResult:
     except ToolpoolError as exc:
         # Only a failure to enter the guard means the tool did not run.
         return finish(
-            state.call, tool, state.settings, state.started, ErrorType.LOCK_UNAVAILABLE,
+            state.call,
+            tool,
+            state.settings,
+            state.started,
+            ErrorType.LOCK_UNAVAILABLE,
             f"{tool.name!r} did not run: {exc} Try again later.",
-        )  # fmt: skip
+        )
     state.held = held
     try:
         return proceed(state)
@@ -94,8 +98,9 @@ class LeaseGuard:
         try:
             lease = rwlock.acquire(mode, timeout=0, owner=owner)
         except LockTimeout:
-            self._events.emit("lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name,
-                              mode=mode)  # fmt: skip
+            self._events.emit(
+                "lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode
+            )
             lease = rwlock.acquire(mode, timeout=self._wait_s, owner=owner)
         try:
             self._barrier(state.workspace.root)
@@ -106,11 +111,21 @@ class LeaseGuard:
         waited_ms = round((time.monotonic() - started) * 1000, 3)
         lease.on_lost(self._lock_loss.on_lost(state, mode))
         self._events.defer(
-            "lock_acquired", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode,
-            fence=lease.fence, waited_ms=waited_ms,
-        )  # fmt: skip
-        self._events.defer("tool_execution_started", call_id=call.id, turn_id=turn_id,
-                           tool=tool.name, arguments=brief(call.arguments))  # fmt: skip
+            "lock_acquired",
+            call_id=call.id,
+            turn_id=turn_id,
+            tool=tool.name,
+            mode=mode,
+            fence=lease.fence,
+            waited_ms=waited_ms,
+        )
+        self._events.defer(
+            "tool_execution_started",
+            call_id=call.id,
+            turn_id=turn_id,
+            tool=tool.name,
+            arguments=brief(call.arguments),
+        )
         self._events.flush()
         try:
             yield _LeaseHeld(lease)
@@ -127,9 +142,16 @@ class LeaseGuard:
                 released = True
             else:
                 released = self._release(lease)
-            self._events.defer("lock_released", call_id=call.id, turn_id=turn_id,
-                               tool=tool.name, mode=mode, fence=lease.fence, held=released,
-                               released_at=released_at)  # fmt: skip
+            self._events.defer(
+                "lock_released",
+                call_id=call.id,
+                turn_id=turn_id,
+                tool=tool.name,
+                mode=mode,
+                fence=lease.fence,
+                held=released,
+                released_at=released_at,
+            )
 
     def _release(self, lease: Lease) -> bool:
         try:
@@ -163,10 +185,13 @@ class LeaseGuard:
                     return
                 if not held:  # an operator's forced release came first
                     self._events.emit(
-                        "lock_lost", call_id=state.call.id, turn_id=state.turn_id,
-                        tool=state.call.name, reason="the release found the lease already "
-                        "ended (released by force)", after_release=True,
-                    )  # fmt: skip
+                        "lock_lost",
+                        call_id=state.call.id,
+                        turn_id=state.turn_id,
+                        tool=state.call.name,
+                        reason="the release found the lease already ended (released by force)",
+                        after_release=True,
+                    )
 
             return done
 

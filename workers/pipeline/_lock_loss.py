@@ -39,10 +39,14 @@ def restate(state: CallState, proceed: Proceed) -> ToolResult:
         # The loss set the cancel flag before the tool started (its worker was paused or cut
         # off right after the grant): it did not run, and nobody cancelled it.
         return finish(
-            state.call, tool, state.settings, state.started, ErrorType.LOCK_UNAVAILABLE,
+            state.call,
+            tool,
+            state.settings,
+            state.started,
+            ErrorType.LOCK_UNAVAILABLE,
             f"{tool.name!r} did not run: its lock lease ended before the tool started (its "
             "worker was paused or cut off from Redis). Call it again.",
-        )  # fmt: skip
+        )
     # A tool error may come from the loss itself (it cancels the call); the other errors
     # already say what happened, and a crash is a bug whose trace matters more.
     if held.lost and not held.committed and result.error_type in _RESTATED_WHEN_LOST:
@@ -50,15 +54,18 @@ def restate(state: CallState, proceed: Proceed) -> ToolResult:
         # whose commit passed the fence (write_file, edit_file) landed under the lock: its
         # success stands.
         advice = (
-            "Call it again." if tool.is_read_only
-            else "Check its effects before calling it again."
-        )  # fmt: skip
+            "Call it again." if tool.is_read_only else "Check its effects before calling it again."
+        )
         ended = f" It ended with: {result.content[:300]}" if result.is_error else ""
         return finish(
-            state.call, tool, state.settings, state.started, ErrorType.LOCK_LOST,
+            state.call,
+            tool,
+            state.settings,
+            state.started,
+            ErrorType.LOCK_LOST,
             f"{tool.name!r} ran, but the lock was lost while it ran, so its result may be "
             f"inconsistent with concurrent changes. {advice}{ended}",
-        )  # fmt: skip
+        )
     return result
 
 
@@ -80,8 +87,15 @@ class LockLoss:
             # Queued, not written: this runs on the keeper thread, which renews every lease of
             # the process and must not wait on a Redis that may be out of reach. The call's
             # emit step writes it, before the result.
-            self._events.defer("lock_lost", call_id=call.id, turn_id=turn_id, tool=tool.name,
-                               mode=mode, fence=held.fence, reason=held.lost_reason)  # fmt: skip
+            self._events.defer(
+                "lock_lost",
+                call_id=call.id,
+                turn_id=turn_id,
+                tool=tool.name,
+                mode=mode,
+                fence=held.fence,
+                reason=held.lost_reason,
+            )
 
         return lost
 
@@ -95,8 +109,13 @@ class LockLoss:
         if not self._rerun_allowed(state, result):
             return result
         call = state.call
-        self._events.emit("call_rerun", call_id=call.id, turn_id=state.turn_id,
-                          tool=call.name, reason=result.error_type)  # fmt: skip
+        self._events.emit(
+            "call_rerun",
+            call_id=call.id,
+            turn_id=state.turn_id,
+            tool=call.name,
+            reason=result.error_type,
+        )
         return proceed(state.again())
 
     def _rerun_allowed(self, state: CallState, result: ToolResult) -> bool:

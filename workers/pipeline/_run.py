@@ -52,8 +52,14 @@ def run(state: CallState) -> ToolResult:
         shell=state.shell,
     )
     if context.cancelled.is_set():
-        return finish(call, tool, state.settings, state.started, ErrorType.CANCELLED,
-                      f"{tool.name!r} did not run: the call was cancelled.")  # fmt: skip
+        return finish(
+            call,
+            tool,
+            state.settings,
+            state.started,
+            ErrorType.CANCELLED,
+            f"{tool.name!r} did not run: the call was cancelled.",
+        )
     outcome = _Outcome()
     task = _THREADS.start(lambda: _invoke(tool, context, arguments, outcome))
     done = task.wait(limit)
@@ -64,16 +70,22 @@ def run(state: CallState) -> ToolResult:
     if not done:
         landed = " after its write was committed" if context.committed else ""
         return finish(
-            call, tool, state.settings, state.started, ErrorType.TIMEOUT,
+            call,
+            tool,
+            state.settings,
+            state.started,
+            ErrorType.TIMEOUT,
             f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped{landed}. "
             "Try a smaller request.",
-        )  # fmt: skip
+        )
     keep = state.keep_full_output
     if outcome.error is not None:
-        return finish(call, tool, state.settings, state.started, *_classify(tool, outcome.error),
-                      keep=keep)  # fmt: skip
-    return finish(call, tool, state.settings, state.started, None, _to_text(outcome.value),
-                  keep=keep)  # fmt: skip
+        return finish(
+            call, tool, state.settings, state.started, *_classify(tool, outcome.error), keep=keep
+        )
+    return finish(
+        call, tool, state.settings, state.started, None, _to_text(outcome.value), keep=keep
+    )
 
 
 @dataclass

@@ -62,9 +62,13 @@ class WorkerRuntime:
         lock_loss = LockLoss(self.client, self.keys, self.events)
         self._keep = FullOutputKeeper(self.results, settings)
         self._guard = LeaseGuard(
-            self.lock, self.events, settings, worker_name=worker_name, lock_loss=lock_loss,
+            self.lock,
+            self.events,
+            settings,
+            worker_name=worker_name,
+            lock_loss=lock_loss,
             barrier=CommitBarrier(timeout=settings.lock_wait_timeout),
-        )  # fmt: skip
+        )
         # The worker's steps, outermost first: each one's code before ``proceed`` runs in this
         # order, its code after it in reverse. So, in time: claim, validate, lock (the lease,
         # then the commit barrier), run (truncate, keep full output), lock loss restated, emit,
@@ -101,8 +105,12 @@ class WorkerRuntime:
         """Run the call in ``payload`` (a ``CallJob``); return the stored result as JSON."""
         job = parse_job(payload)
         state = CallState(
-            call=job.call, registry=self.registry, workspace=self.workspace,
-            settings=self.settings, job=job, keep_full_output=self._keep,
+            call=job.call,
+            registry=self.registry,
+            workspace=self.workspace,
+            settings=self.settings,
+            job=job,
+            keep_full_output=self._keep,
             guard=self._guard.hold,
-        )  # fmt: skip
+        )
         return self._execute(state).model_dump(mode="json")

@@ -44,26 +44,31 @@ class EnterSession:
         if name is None:
             if self._pool_calls:
                 return proceed(state)
-            return _refuse(state, "this worker serves only sessions (it was started with "
-                           "--sessions-root and no --workspace); name a session")  # fmt: skip
+            return _refuse(
+                state,
+                "this worker serves only sessions (it was started with "
+                "--sessions-root and no --workspace); name a session",
+            )
         try:
             check_session_name(name)  # the client checks it too; a job may come from elsewhere
         except SessionError as exc:
             return _refuse(state, str(exc).rstrip("."))
         if self._root is None:
             return _refuse(
-                state, "this worker serves no sessions (it was started without "
+                state,
+                "this worker serves no sessions (it was started without "
                 f"--sessions-root), so it cannot run a call of session {name!r}",
-            )  # fmt: skip
+            )
         entered = self._store.enter(name, self._host)
         if not entered.ok:
             return _refuse(state, entered.problem)
         folder = self._root / name
         if not folder.is_dir():
             return _refuse(
-                state, f"session {name!r} has no folder on host {self._host!r} "
+                state,
+                f"session {name!r} has no folder on host {self._host!r} "
                 f"({folder} is missing); delete the session and create it again",
-            )  # fmt: skip
+            )
         state.workspace = Workspace(folder)
         state.scope = session_scope(name)
 

@@ -44,8 +44,9 @@ class Store:
         except BaseException:
             _do_instead(state.closing)
             raise
-        stored, state.claim_released = self._store(state.the_job(), result, state.claim_keys,
-                                                   state.closing)  # fmt: skip
+        stored, state.claim_released = self._store(
+            state.the_job(), result, state.claim_keys, state.closing
+        )
         return stored
 
     def publish(
@@ -77,8 +78,7 @@ class Store:
         except redis.RedisError as exc:
             _do_instead(closing)
             # Its events are dropped, as any event Redis does not take; the result is not.
-            log.warning("toolpool: storing the result of call %s failed once: %s",
-                        job.call.id, exc)  # fmt: skip
+            log.warning("toolpool: storing the result of call %s failed once: %s", job.call.id, exc)
             first = None
         if first is None:
             first = self._patiently(lambda: self._results.publish(job.turn_id, result))
@@ -90,8 +90,9 @@ class Store:
         if first:
             return result, released
         stored = self._patiently(lambda: self._results.get(job.call.id))
-        self._events.emit("result_dropped", call_id=job.call.id, turn_id=job.turn_id,
-                          tool=job.call.name)  # fmt: skip
+        self._events.emit(
+            "result_dropped", call_id=job.call.id, turn_id=job.turn_id, tool=job.call.name
+        )
         return stored or result, released
 
     def _publish_once(

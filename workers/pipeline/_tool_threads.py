@@ -53,8 +53,12 @@ class ToolThreads:
             else:
                 inbox = queue.SimpleQueue()
                 self._count += 1
-                threading.Thread(target=self._serve, args=(inbox,), daemon=True,
-                                 name=f"{self._name}-{self._count}").start()  # fmt: skip
+                threading.Thread(
+                    target=self._serve,
+                    args=(inbox,),
+                    daemon=True,
+                    name=f"{self._name}-{self._count}",
+                ).start()
         inbox.put(task)
         return task
 

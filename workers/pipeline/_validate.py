@@ -52,16 +52,24 @@ def check_call(
         tool = registry.get(call.name)
     except UnknownToolError as exc:
         return finish(
-            call, None, settings, started, ErrorType.UNKNOWN_TOOL,
+            call,
+            None,
+            settings,
+            started,
+            ErrorType.UNKNOWN_TOOL,
             unknown_tool_text(exc),
-        )  # fmt: skip
+        )
     try:
         return tool, tool.validate(call.arguments)
     except InvalidArgumentsError as exc:
         return finish(
-            call, tool, settings, started, ErrorType.INVALID_ARGUMENTS,
+            call,
+            tool,
+            settings,
+            started,
+            ErrorType.INVALID_ARGUMENTS,
             invalid_arguments_text(tool.name, exc.problems),
-        )  # fmt: skip
+        )
 
 
 def validate(state: CallState, proceed: Proceed) -> ToolResult:

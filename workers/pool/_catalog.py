@@ -40,8 +40,9 @@ class CatalogPublisher:
         try:
             withdraw_catalog(self._client, self._keys, self._entry.worker)
         except redis.RedisError as exc:
-            log.warning("toolpool: could not withdraw the catalog of %s: %s",
-                        self._entry.worker, exc)  # fmt: skip
+            log.warning(
+                "toolpool: could not withdraw the catalog of %s: %s", self._entry.worker, exc
+            )
 
     def _loop(self) -> None:
         while not self._stopped.wait(REFRESH_S):
@@ -52,5 +53,6 @@ class CatalogPublisher:
             publish_catalog(self._client, self._keys, self._entry)
         except redis.RedisError as exc:
             # Redis is away: the worker cannot take calls either; the next refresh retries.
-            log.warning("toolpool: could not publish the catalog of %s: %s",
-                        self._entry.worker, exc)  # fmt: skip
+            log.warning(
+                "toolpool: could not publish the catalog of %s: %s", self._entry.worker, exc
+            )

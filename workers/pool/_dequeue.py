@@ -47,9 +47,14 @@ class ReliableQueue(Queue):
         not at all if None), taken with LMOVE/BLMOVE; ``DequeueTimeout`` when none came."""
         queues = list(queues)
         if len(queues) == 1:
-            return super().dequeue_any(queues, timeout, connection, job_class=job_class,
-                                       serializer=serializer,
-                                       death_penalty_class=death_penalty_class)  # fmt: skip
+            return super().dequeue_any(
+                queues,
+                timeout,
+                connection,
+                job_class=job_class,
+                serializer=serializer,
+                death_penalty_class=death_penalty_class,
+            )
         keys = [queue.key for queue in queues]
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -58,9 +63,13 @@ class ReliableQueue(Queue):
                 return None
             queue_key, job_id = taken
             found = cls._fetch_dequeued_job(
-                connection, queue_key, job_id, job_class=job_class, serializer=serializer,
+                connection,
+                queue_key,
+                job_id,
+                job_class=job_class,
+                serializer=serializer,
                 death_penalty_class=death_penalty_class,
-            )  # fmt: skip
+            )
             if found is not None:
                 return found
             # The job's hash is gone (expired or deleted): RQ skips it too; take the next.

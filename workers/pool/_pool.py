@@ -141,9 +141,10 @@ class WorkerPool:
         self.redis_url = redis_url
         root = settings.sessions_root
         self.settings = settings.with_changes(
-            redis_url=redis_url, workspace=Path(settings.workspace).resolve(),
+            redis_url=redis_url,
+            workspace=Path(settings.workspace).resolve(),
             sessions_root=None if root is None else Path(root).resolve(),
-        )  # fmt: skip
+        )
         self.tool_specs = tuple(tool_specs)
         self.forking = forking
         self.read_only = read_only
@@ -223,8 +224,9 @@ class WorkerPool:
         for slot in running:
             if slot.process is not None and slot.process.poll() is None:
                 why = "told to hurry" if self._hurry else f"still running after {limit:g} s"
-                log.warning("toolpool: worker %s (pid %d) %s; killing it", slot.name,
-                            slot.process.pid, why)  # fmt: skip
+                log.warning(
+                    "toolpool: worker %s (pid %d) %s; killing it", slot.name, slot.process.pid, why
+                )
                 _send(slot, signal.SIGKILL)
                 slot.process.wait()
         for slot in self._slots:
@@ -300,8 +302,17 @@ class WorkerPool:
 
     def _spawn(self, slot: _Slot) -> None:
         slot.token = f"{self._pool_id}.{slot.index}.{slot.restarts}"
-        command = [self.python, "-m", "workers", "--name", slot.name,
-                   "--parent-pid", str(os.getpid()), "--log-level", self.logging_level]  # fmt: skip
+        command = [
+            self.python,
+            "-m",
+            "workers",
+            "--name",
+            slot.name,
+            "--parent-pid",
+            str(os.getpid()),
+            "--log-level",
+            self.logging_level,
+        ]
         for spec in self.tool_specs:
             command += ["--tools", spec]
         if self.forking:
@@ -322,8 +333,12 @@ class WorkerPool:
             return
         slot.started_at = time.monotonic()
         if slot.restarts:
-            log.warning("toolpool: worker %s restarted as pid %d (was %s)", slot.name,
-                        slot.process.pid, slot.last_pid)  # fmt: skip
+            log.warning(
+                "toolpool: worker %s restarted as pid %d (was %s)",
+                slot.name,
+                slot.process.pid,
+                slot.last_pid,
+            )
 
     def _on_exit(self, slot: _Slot, *, expected: bool) -> None:
         """Record that the slot's process ended; schedule its replacement."""
@@ -349,9 +364,14 @@ class WorkerPool:
         slot.quick_deaths = slot.quick_deaths + 1 if ran_for < _QUICK_DEATH_S else 0
         delay = _backoff(slot.quick_deaths)
         slot.respawn_at = time.monotonic() + delay
-        log.warning("toolpool: worker %s (pid %d) %s after %.1f s; replacing it%s", slot.name,
-                    process.pid, reason, ran_for,
-                    f" in {delay:g} s" if delay else "")  # fmt: skip
+        log.warning(
+            "toolpool: worker %s (pid %d) %s after %.1f s; replacing it%s",
+            slot.name,
+            process.pid,
+            reason,
+            ran_for,
+            f" in {delay:g} s" if delay else "",
+        )
 
     def _bury(self, slot: _Slot) -> bool:
         """Clean up after the slot's dead process; False if Redis did not let us finish."""

@@ -118,18 +118,27 @@ def run_worker(
     worker.events = runtime.events
     logging.getLogger("rq.worker").setLevel(logging_level)
     entry = WorkerCatalog.build(
-        name, queue.name, (ToolInfo.of(item) for item in registry),
-        host=runtime.host, pid=os.getpid(), host_queue=host_queue,
+        name,
+        queue.name,
+        (ToolInfo.of(item) for item in registry),
+        host=runtime.host,
+        pid=os.getpid(),
+        host_queue=host_queue,
         pool_calls=settings.serve_pool_calls,
         read_only=bool(registry.names()) and all(item.is_read_only for item in registry),
         withheld=registry.withheld if isinstance(registry, ServedRegistry) else None,
-    )  # fmt: skip
+    )
     publisher = CatalogPublisher(runtime.client, runtime.keys, entry)
     publisher.start()
     sweeper = None
     if settings.sessions_root is not None:
-        sweeper = SessionSweeper(runtime.client, runtime.keys, settings.sessions_root,
-                                 runtime.host, settings.session_sweep_s)  # fmt: skip
+        sweeper = SessionSweeper(
+            runtime.client,
+            runtime.keys,
+            settings.sessions_root,
+            runtime.host,
+            settings.session_sweep_s,
+        )
         sweeper.start()
     try:
         return bool(worker.work(burst=burst, max_jobs=max_jobs, logging_level=logging_level))

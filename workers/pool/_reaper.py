@@ -87,8 +87,9 @@ class Reaper:
         self._keys = Keys(settings.key_prefix)
         self._client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
         self._results = ResultStore(self._client, self._keys, ttl=settings.result_ttl)
-        self._lock = RWLock.from_url(redis_url, settings.scope, keys=self._keys,
-                                     lease_ms=settings.lock_lease_ms)  # fmt: skip
+        self._lock = RWLock.from_url(
+            redis_url, settings.scope, keys=self._keys, lease_ms=settings.lock_lease_ms
+        )
 
     def close(self) -> None:
         self._lock.close()
@@ -116,8 +117,9 @@ class Reaper:
                 self._requeue_dequeued_jobs(dead, queue)
             self._forget_worker(dead.name)
         except (redis.RedisError, ToolpoolError) as exc:
-            log.warning("toolpool: cleaning up after worker %s failed, will retry: %s",
-                        dead.name, exc)  # fmt: skip
+            log.warning(
+                "toolpool: cleaning up after worker %s failed, will retry: %s", dead.name, exc
+            )
             return False
         return True
 
@@ -140,8 +142,9 @@ class Reaper:
                 and (owner.pid == dead.pid or owner.pid in dead.killed)
                 and lock.force_release(entry.token)
             ):
-                log.info("toolpool: released the %s lock lease of dead worker %s",
-                             entry.mode, dead.name)  # fmt: skip
+                log.info(
+                    "toolpool: released the %s lock lease of dead worker %s", entry.mode, dead.name
+                )
 
     def _current_job(self, dead: DeadChild) -> CallJob | None:
         """The call ``dead`` was running, as its claim recorded it; None if none or unreadable."""
@@ -177,15 +180,26 @@ class Reaper:
         )
         lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
         if self._results.publish(job.turn_id, lost):
-            self._events(dead.name).emit("call_lost", call_id=call.id, turn_id=job.turn_id,
-                                    tool=call.name, reason=dead.reason, worker_pid=dead.pid,
-                                    by="pool")  # fmt: skip
-            log.warning("toolpool: call %s (%s) of worker %s answered as worker_lost",
-                        call.id, call.name, dead.name)  # fmt: skip
+            self._events(dead.name).emit(
+                "call_lost",
+                call_id=call.id,
+                turn_id=job.turn_id,
+                tool=call.name,
+                reason=dead.reason,
+                worker_pid=dead.pid,
+                by="pool",
+            )
+            log.warning(
+                "toolpool: call %s (%s) of worker %s answered as worker_lost",
+                call.id,
+                call.name,
+                dead.name,
+            )
 
     def _events(self, worker: str) -> EventLog:
-        return EventLog(self._client, self._keys, maxlen=self._settings.events_maxlen,
-                        worker=worker)  # fmt: skip
+        return EventLog(
+            self._client, self._keys, maxlen=self._settings.events_maxlen, worker=worker
+        )
 
     def _served_queues(self, name: str) -> list[Queue]:
         """The queues worker ``name`` took jobs from: the pool's, and those RQ recorded."""
@@ -212,8 +226,11 @@ class Reaper:
             except Exception:
                 # Whatever RQ makes of one odd job must not keep the slot from being refilled:
                 # RQ's own registry cleanup remains for it.
-                log.exception("toolpool: could not end RQ job %s of dead worker %s",
-                              execution.job_id, dead.name)  # fmt: skip
+                log.exception(
+                    "toolpool: could not end RQ job %s of dead worker %s",
+                    execution.job_id,
+                    dead.name,
+                )
 
     def _end_started_job(self, dead: DeadChild, queue: Queue, execution: Execution) -> None:
         try:
@@ -228,8 +245,9 @@ class Reaper:
             if call is not None:
                 self._answer_lost(dead, call)
             if end_lost_job(self._client, job.id):
-                log.warning("toolpool: ended RQ job %s, left started by dead worker %s",
-                            job.id, dead.name)  # fmt: skip
+                log.warning(
+                    "toolpool: ended RQ job %s, left started by dead worker %s", job.id, dead.name
+                )
 
     def _requeue_dequeued_jobs(self, dead: DeadChild, queue: Queue) -> None:
         """Put back on ``queue`` the jobs left in its intermediate list with no live owner.
@@ -295,10 +313,22 @@ class Reaper:
                 found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
         reason = why if dead is None else f"worker {dead.name} {dead.reason}; {why}"
         events = self._events(dead.name if dead else "pool")
-        events.emit("job_requeued", job_id=rq_job_id, queue=queue.name, reason=reason,
-                    worker_pid=dead.pid if dead else None, by="pool", **found)  # fmt: skip
-        log.warning("toolpool: put job %s back on queue %s: it was taken off by a worker that "
-                    "never started it (%s)", rq_job_id, queue.name, reason)  # fmt: skip
+        events.emit(
+            "job_requeued",
+            job_id=rq_job_id,
+            queue=queue.name,
+            reason=reason,
+            worker_pid=dead.pid if dead else None,
+            by="pool",
+            **found,
+        )
+        log.warning(
+            "toolpool: put job %s back on queue %s: it was taken off by a worker that "
+            "never started it (%s)",
+            rq_job_id,
+            queue.name,
+            reason,
+        )
 
     def _other_live_workers(self, queue: Queue, dead_name: str) -> bool:
         """Whether a worker other than ``dead_name`` may be taking jobs from ``queue``.
@@ -319,8 +349,11 @@ class Reaper:
 
     def _forget_worker(self, name: str) -> None:
         """Mark RQ's record of the worker dead, or the replacement could not register."""
-        worker = Worker.find_by_key(Worker.redis_worker_namespace_prefix + name,
-                                    connection=self._client, serializer=JSONSerializer)  # fmt: skip
+        worker = Worker.find_by_key(
+            Worker.redis_worker_namespace_prefix + name,
+            connection=self._client,
+            serializer=JSONSerializer,
+        )
         if worker is not None:
             worker.register_death()  # type: ignore[no-untyped-call]
 
@@ -364,6 +397,9 @@ def _sweep(token: str) -> set[int]:
         if not found:
             break
     if killed:
-        log.warning("toolpool: killed %d leftover processes of a dead worker: %s", len(killed),
-                    sorted(killed))  # fmt: skip
+        log.warning(
+            "toolpool: killed %d leftover processes of a dead worker: %s",
+            len(killed),
+            sorted(killed),
+        )
     return killed

@@ -37,8 +37,12 @@ _SUSPENSION_CHECK_S = 1.0
 
 # Fields of RQ's job hash that make a worker import or request something besides the job's
 # function. They are read raw, so checking them imports nothing.
-_HOOK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callback_name",
-                "webhooks")  # fmt: skip
+_HOOK_FIELDS = (
+    "success_callback_name",
+    "failure_callback_name",
+    "stopped_callback_name",
+    "webhooks",
+)
 
 
 def refusal_reason(job: Job) -> str | None:
@@ -54,8 +58,12 @@ def refusal_reason(job: Job) -> str | None:
         return "the job's data is not JSON (toolpool jobs carry one JSON call payload)"
     if func_name != ENTRY_POINT:
         return f"function {func_name!r} is not toolpool's entry point {ENTRY_POINT!r}"
-    hooks = (job._success_callback_name, job._failure_callback_name,
-             job._stopped_callback_name, job.webhooks)  # fmt: skip
+    hooks = (
+        job._success_callback_name,
+        job._failure_callback_name,
+        job._stopped_callback_name,
+        job.webhooks,
+    )
     present = [name for name, value in zip(_HOOK_FIELDS, hooks, strict=True) if value]
     if present:
         return f"the job carries {', '.join(present)}, which toolpool never runs"
@@ -98,11 +106,11 @@ class _RefusingMixin:
     def __init__(self, queues: Iterable[Queue | str], *args: Any, **kwargs: Any) -> None:
         # RQ checks each queue against ``queue_class``: plain queues become reliable ones.
         reliable = [
-            queue if isinstance(queue, (ReliableQueue, str))
-            else ReliableQueue(queue.name, connection=queue.connection,
-                               serializer=queue.serializer)
+            queue
+            if isinstance(queue, (ReliableQueue, str))
+            else ReliableQueue(queue.name, connection=queue.connection, serializer=queue.serializer)
             for queue in queues
-        ]  # fmt: skip
+        ]
         self._beat_at = 0.0
         self._idle_sent = False
         self._state: str
@@ -151,8 +159,10 @@ class _RefusingMixin:
         (``cleanup_execution``), so neither needs a round trip of its own.
         """
         idle_sent, self._idle_sent = self._idle_sent, False
-        if pipeline is None and (state == self.get_state() or  # type: ignore[attr-defined]
-                                 (idle_sent and state == WorkerStatus.IDLE)):  # fmt: skip
+        if pipeline is None and (
+            state == self.get_state()  # type: ignore[attr-defined]
+            or (idle_sent and state == WorkerStatus.IDLE)
+        ):
             self._state = state
             return
         super().set_state(state, pipeline=pipeline)  # type: ignore[misc]
@@ -186,10 +196,14 @@ class _RefusingMixin:
             self.increment_total_working_time(worked, pipe)  # type: ignore[attr-defined]
             result_ttl = job.get_result_ttl(self.default_result_ttl)  # type: ignore[attr-defined]
             if result_ttl != 0:
-                job._handle_success(result_ttl, pipeline=pipe, worker_name=self.name,
-                                    execution_id=execution.id,
-                                    execution_started_at=execution.created_at,
-                                    execution_ended_at=job.ended_at)  # fmt: skip
+                job._handle_success(
+                    result_ttl,
+                    pipeline=pipe,
+                    worker_name=self.name,
+                    execution_id=execution.id,
+                    execution_started_at=execution.created_at,
+                    execution_ended_at=job.ended_at,
+                )
             job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
             job._status = JobStatus.FINISHED
             self.cleanup_execution(job, pipe, execution=execution)

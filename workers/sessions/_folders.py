@@ -45,8 +45,10 @@ def _copy(template: Path, into: Path) -> None:
         raise SessionError(f"Template {str(template)!r} is not a folder on this host.")
     done = subprocess.run(
         ["cp", "-a", "--reflink=auto", "--", str(template), str(into)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SessionError(f"Copying template {template} failed: {done.stderr.strip()}")
 

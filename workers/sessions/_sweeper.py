@@ -50,8 +50,12 @@ class SessionSweeper:
     def _loop(self) -> None:
         while not self._stopped.wait(self._every_s):
             try:
-                if self._client.set(self._keys.session_sweep(self._host), "1", nx=True,
-                                    px=max(1, int(self._every_s * 900))):  # fmt: skip
+                if self._client.set(
+                    self._keys.session_sweep(self._host),
+                    "1",
+                    nx=True,
+                    px=max(1, int(self._every_s * 900)),
+                ):
                     self.sweep()
             except redis.RedisError as exc:
                 log.warning("toolpool: session sweep skipped: %s", exc)
@@ -65,8 +69,10 @@ class SessionSweeper:
                 continue
             ends = info.expires_at
             if ends is not None and ends <= now and info.pending == 0:
-                if self._store.move(info.name, [READY], DELETING,
-                                   last_used=info.last_used_raw) is not None:  # fmt: skip
+                if (
+                    self._store.move(info.name, [READY], DELETING, last_used=info.last_used_raw)
+                    is not None
+                ):
                     remove(self._store, self._root, info.name)
                     expired.append(info.name)
                 continue

@@ -37,8 +37,9 @@ class FileIdentity:
 
     @classmethod
     def of(cls, status: os.stat_result) -> FileIdentity:
-        return cls(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns,
-                   status.st_ctime_ns)  # fmt: skip
+        return cls(
+            status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+        )
 
 
 def replace_file(
@@ -139,8 +140,9 @@ def _undo(target: Path, backup: Path | None) -> None:
         else:
             os.replace(backup, target)
     except OSError as exc:
-        log.error("toolpool: could not undo the write to %s after the lease was lost: %s",
-                  target, exc)  # fmt: skip
+        log.error(
+            "toolpool: could not undo the write to %s after the lease was lost: %s", target, exc
+        )
         raise FenceError(
             f"The write landed after this call lost the exclusive lock and could not be undone "
             f"({exc.strerror}). Check the file before writing it again."

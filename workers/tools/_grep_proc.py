@@ -80,8 +80,14 @@ def run_search(
     cancelled: threading.Event,
 ) -> Findings:
     """Run ``_grep_search.search`` in a helper process, for at most ``budget`` seconds."""
-    request = {"pattern": pattern, "base": base, "shown": shown, "is_dir": is_dir,
-               "root": root, "budget": max(budget, 0.01)}  # fmt: skip
+    request = {
+        "pattern": pattern,
+        "base": base,
+        "shown": shown,
+        "is_dir": is_dir,
+        "root": root,
+        "budget": max(budget, 0.01),
+    }
     helper = _POOL.take()
     try:
         answer = helper.ask(request, budget + _ANSWER_GRACE_S, cancelled)
@@ -216,9 +222,14 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     try:
         signal.setitimer(signal.ITIMER_REAL, float(request["budget"]))
         try:
-            search(request["pattern"], request["base"], request["shown"],
-                   is_dir=request["is_dir"], root=request.get("root"),
-                   findings=found)  # fmt: skip
+            search(
+                request["pattern"],
+                request["base"],
+                request["shown"],
+                is_dir=request["is_dir"],
+                root=request.get("root"),
+                findings=found,
+            )
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _OverBudget:

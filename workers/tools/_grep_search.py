@@ -102,8 +102,15 @@ def search(
         return found
     ignores = Ignores() if root is None else ignores_at(Path(root), Path(base))
     skipped = Skipped()
-    walk = walk_files(Path(base), True, _enter, ignores=ignores, skip_hidden=ignores is not None,
-                      wanted=_wanted, skipped=skipped)  # fmt: skip
+    walk = walk_files(
+        Path(base),
+        True,
+        _enter,
+        ignores=ignores,
+        skip_hidden=ignores is not None,
+        wanted=_wanted,
+        skipped=skipped,
+    )
     for relative, entry, _ in walk:
         if stop() or found.full:
             break

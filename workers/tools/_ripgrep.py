@@ -156,19 +156,40 @@ def search_tree(
         scope = ["--hidden", "--no-ignore"]
     else:
         scope = [*_WORKSPACE_IGNORES, *(f"--ignore-file={path}" for path in ancestors)]
-    command = [rg, *_COMMON, f"--max-filesize={GREP_MAX_FILE_BYTES}", *scope,
-               *_SKIP_GLOBS, "--regexp", regex, "--", base]  # fmt: skip
+    command = [
+        rg,
+        *_COMMON,
+        f"--max-filesize={GREP_MAX_FILE_BYTES}",
+        *scope,
+        *_SKIP_GLOBS,
+        "--regexp",
+        regex,
+        "--",
+        base,
+    ]
     # Line by line, so that it is stopped at its 50th line, not at its buffer's 8 KB.
     sorted_command = [command[0], "--sort=path", "--line-buffered", *command[1:]]
     prefix = os.fsencode(base.rstrip(os.sep) + os.sep)
     skipped = None if ancestors is None else _SkippedWalk(Path(root), Path(base))
     on_match = None if skipped is None else skipped.cancel
     try:
-        run = _run(sorted_command, budget, cancelled, prefix=prefix, on_match=on_match,
-                   patience=_Patience(_SORTED_HEAD_START_S, _SORTED_QUIET_S))  # fmt: skip
+        run = _run(
+            sorted_command,
+            budget,
+            cancelled,
+            prefix=prefix,
+            on_match=on_match,
+            patience=_Patience(_SORTED_HEAD_START_S, _SORTED_QUIET_S),
+        )
         if run.abandoned:
-            run = _run(command, _left(deadline, budget), cancelled, prefix=prefix,
-                       limit=_PARALLEL_MAX_LINES, on_match=on_match)  # fmt: skip
+            run = _run(
+                command,
+                _left(deadline, budget),
+                cancelled,
+                prefix=prefix,
+                limit=_PARALLEL_MAX_LINES,
+                on_match=on_match,
+            )
             if run.stopped:
                 run = _run(sorted_command, _left(deadline, budget), cancelled, prefix=prefix)
         run.lines.sort()
@@ -232,8 +253,15 @@ class _SkippedWalk:
 
     def _walk(self, root: Path, base: Path) -> None:
         try:
-            walk = walk_files(base, True, _enter, self._stop, ignores=ignores_at(root, base),
-                              skip_hidden=True, skipped=self._skipped)  # fmt: skip
+            walk = walk_files(
+                base,
+                True,
+                _enter,
+                self._stop,
+                ignores=ignores_at(root, base),
+                skip_hidden=True,
+                skipped=self._skipped,
+            )
             for _ in walk:
                 pass
         except OSError:

@@ -141,9 +141,13 @@ def probe(network: bool) -> Availability:
             spec = SandboxSpec(Path(folder), (), network=network, tmp_bytes=1024 * 1024)
             done = subprocess.run(
                 [*bwrap_argv(bwrap, spec, Path(folder)), "true"],
-                capture_output=True, text=True, timeout=30, check=False,
-                stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                stdin=subprocess.DEVNULL,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Availability(None, reason=f"bubblewrap ({bwrap}) could not run: {exc}")
     if done.returncode != 0:

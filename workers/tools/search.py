@@ -111,9 +111,16 @@ def glob(
         return None if name in GLOB_IGNORED_DIRS else matcher.enter_directory(states, name)
 
     skipped = Skipped()
-    walk = walk_files(base, matcher.start, enter, ctx.cancelled,
-                      ignores=ignores_at(ctx.workspace.root, base), named=_named(pattern),
-                      wanted=matcher.matches_file, skipped=skipped)  # fmt: skip
+    walk = walk_files(
+        base,
+        matcher.start,
+        enter,
+        ctx.cancelled,
+        ignores=ignores_at(ctx.workspace.root, base),
+        named=_named(pattern),
+        wanted=matcher.matches_file,
+        skipped=skipped,
+    )
     found = [relative for relative, _, _ in walk]
     shown = ctx.workspace.relative(base)
     if not found:
@@ -197,15 +204,30 @@ def _search(
     if rg is not None and regex is not None:
         try:
             if not is_dir:
-                return search_file(rg, regex, str(base), shown, budget=budget,
-                                   cancelled=ctx.cancelled)  # fmt: skip
-            return search_tree(rg, regex, str(base), shown, root=str(ctx.workspace.root),
-                               budget=budget, cancelled=ctx.cancelled)  # fmt: skip
+                return search_file(
+                    rg, regex, str(base), shown, budget=budget, cancelled=ctx.cancelled
+                )
+            return search_tree(
+                rg,
+                regex,
+                str(base),
+                shown,
+                root=str(ctx.workspace.root),
+                budget=budget,
+                cancelled=ctx.cancelled,
+            )
         except RegexRejected:
             # Too large for rg's engine (a{1,100000}, say): Python's compiles it.
             budget = max(min(budget, ctx.remaining() - GREP_ANSWER_MARGIN_S), 0.1)
-    return run_search(pattern, str(base), shown, is_dir=is_dir, root=str(ctx.workspace.root),
-                      budget=budget, cancelled=ctx.cancelled)  # fmt: skip
+    return run_search(
+        pattern,
+        str(base),
+        shown,
+        is_dir=is_dir,
+        root=str(ctx.workspace.root),
+        budget=budget,
+        cancelled=ctx.cancelled,
+    )
 
 
 def _check_pattern(pattern: str) -> None:

@@ -42,9 +42,19 @@ _MIN_LIMIT = 0.5
 # (workers.pool._reaper.TOKEN_ENV) is no secret: it marks a pool child's processes, and the pool
 # finds what a dead worker's command left running by it.
 _BASE_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ",
-    "TMPDIR", "TOOLPOOL_POOL_CHILD",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "TOOLPOOL_POOL_CHILD",
+)
 
 
 # bash enforces its own limit (the call's ``timeout`` or the settings' default); the runner's
@@ -96,16 +106,22 @@ def bash(
     with Confinement.prepare(ctx.settings, root) as confinement:
         env.update(confinement.env)
         if ctx.shell is None:
-            run = ShellRun.start([*confinement.argv(root), executable, "-c", command], root,
-                                  cap, env, confinement=confinement)  # fmt: skip
+            run = ShellRun.start(
+                [*confinement.argv(root), executable, "-c", command],
+                root,
+                cap,
+                env,
+                confinement=confinement,
+            )
             try:
                 return run.finish(ctx, limit)
             finally:
                 run.close()
         with SessionShell(ctx, ctx.shell, env) as shell:
             argv = [*confinement.argv(shell.cwd, (shell.startup,)), executable, "-c", command]
-            run = ShellRun.start(argv, shell.cwd, cap, shell.env, pass_fds=(shell.fd,),
-                                  confinement=confinement)  # fmt: skip
+            run = ShellRun.start(
+                argv, shell.cwd, cap, shell.env, pass_fds=(shell.fd,), confinement=confinement
+            )
             run.notes.extend(shell.notes)
             try:
                 report = run.finish(ctx, limit)

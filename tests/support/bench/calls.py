@@ -266,8 +266,16 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
         args.samples, args.batch_workers = min(args.samples, 50), [4]
         args.idle_s, args.memory_calls = min(args.idle_s, 2.0), min(args.memory_calls, 300)
         args.record_ttl, args.steady_s = min(args.record_ttl, 8), min(args.steady_s, 10.0)
-    for name in ("calls", "samples", "memory_calls", "memory_turn", "record_ttl", "steady_turn",
-                 "steady_workers", "turn_size"):  # fmt: skip
+    for name in (
+        "calls",
+        "samples",
+        "memory_calls",
+        "memory_turn",
+        "record_ttl",
+        "steady_turn",
+        "steady_workers",
+        "turn_size",
+    ):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.idle_s <= 0 or args.steady_rate <= 0 or args.steady_s < 0:
@@ -275,8 +283,17 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-PARTS = ("throughput", "commands", "latency", "batch", "overhead", "trips", "hiredis",
-         "memory", "steady")  # steady runs only with --steady  # fmt: skip
+PARTS = (
+    "throughput",
+    "commands",
+    "latency",
+    "batch",
+    "overhead",
+    "trips",
+    "hiredis",
+    "memory",
+    "steady",
+)  # steady runs only with --steady
 
 
 def _parse_parts(text: str) -> tuple[str, ...]:
@@ -345,8 +362,11 @@ def _run_all(bench: Bench) -> None:
             f"turns of {args.memory_turn}), 1 worker, on a Redis of its own a side; keys by "
             "family, per call"
         )
-        own = timed(bench, "memory", functools.partial(
-            measure_retained, bench, args.memory_calls, args.record_ttl, args))  # fmt: skip
+        own = timed(
+            bench,
+            "memory",
+            functools.partial(measure_retained, bench, args.memory_calls, args.record_ttl, args),
+        )
     if args.steady and "steady" in args.only and args.steady_s > 0:
         bench.out(f"\nSteady state: {args.steady_rate:g} calls/s for {args.steady_s:g} s")
         timed(bench, "steady", lambda: measure_steady(bench, args, own))
@@ -375,10 +395,12 @@ def _run_pools(bench: Bench) -> dict[int, tuple[float, float]]:
     args = bench.args
     wanted = set(args.only)
     counts = sorted(
-        {*(args.workers if "throughput" in wanted else []),
-         *([1] if wanted & {"commands", "latency"} else []),
-         *(args.batch_workers if "batch" in wanted else [])}
-    )  # fmt: skip
+        {
+            *(args.workers if "throughput" in wanted else []),
+            *([1] if wanted & {"commands", "latency"} else []),
+            *(args.batch_workers if "batch" in wanted else []),
+        }
+    )
     rates: dict[int, tuple[float, float]] = {}
     for count in counts:
         raw = (count in args.workers and "throughput" in wanted) or count == 1

@@ -121,20 +121,33 @@ def dashboard(redis_url: str, log: Path) -> Iterator[tuple[int, int]]:
     """``toolpool dashboard`` on a free loopback port: (its port, its pid) once it answers;
     stopped by its pid after."""
     port = free_port()
-    argv = [sys.executable, "-m", "executor.cli", "dashboard", "--host", HOST,
-            "--port", str(port), "--redis", redis_url]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "executor.cli",
+        "dashboard",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+    ]
     # Our environment without TOOLPOOL_* (the command line says it all), the repository on
     # the path.
     env = python_path_env({k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")})
     with log.open("ab") as out:
-        process = subprocess.Popen(argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL,
-                                   stdout=out, stderr=out)  # fmt: skip
+        process = subprocess.Popen(
+            argv, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+        )
     try:
         deadline = time.monotonic() + _START_PATIENCE_S
         while not _answers(f"http://{HOST}:{port}/api/state"):
             if process.poll() is not None or time.monotonic() > deadline:
-                raise BenchError(f"the dashboard did not answer within {_START_PATIENCE_S:g} s "
-                                 f"(exit {process.poll()}): {_tail(log)}")  # fmt: skip
+                raise BenchError(
+                    f"the dashboard did not answer within {_START_PATIENCE_S:g} s "
+                    f"(exit {process.poll()}): {_tail(log)}"
+                )
             time.sleep(0.05)
         yield port, process.pid
     finally:
@@ -283,15 +296,17 @@ class Load:
                     stop.set()
                     return
                 if text != which.expected:
-                    errors.append(f"{which.tool} answered {text[:200]!r}, "
-                                  f"expected {which.expected[:200]!r}")  # fmt: skip
+                    errors.append(
+                        f"{which.tool} answered {text[:200]!r}, expected {which.expected[:200]!r}"
+                    )
                     stop.set()
                     return
                 records.append((started, time.perf_counter()))
 
-        threads = [threading.Thread(target=client, args=(executor,), daemon=True,
-                                    name=f"bench-client-{n}")
-                   for n, executor in enumerate(self.executors)]  # fmt: skip
+        threads = [
+            threading.Thread(target=client, args=(executor,), daemon=True, name=f"bench-client-{n}")
+            for n, executor in enumerate(self.executors)
+        ]
         for thread in threads:
             thread.start()
         try:
@@ -308,10 +323,13 @@ class Load:
         if errors:
             raise BenchError(f"{side}: {errors[0]}")
         if any(thread.is_alive() for thread in threads):
-            raise BenchError(f"{side}: a client thread did not stop within "
-                             f"{_CALL_PATIENCE_S + _STOP_GRACE_S:g} s")  # fmt: skip
-        latencies = [(ended - started) * 1000 for started, ended in records
-                     if start <= started < end]  # fmt: skip
+            raise BenchError(
+                f"{side}: a client thread did not stop within "
+                f"{_CALL_PATIENCE_S + _STOP_GRACE_S:g} s"
+            )
+        latencies = [
+            (ended - started) * 1000 for started, ended in records if start <= started < end
+        ]
         completed = sum(start <= ended < end for _, ended in records)
         if not latencies:
             raise BenchError(f"{side}: no call started in the {seconds:g} s window")
@@ -319,8 +337,9 @@ class Load:
 
 
 def _call(executor: Executor, which: Call) -> str:
-    (result,) = executor.run([ToolCall(name=which.tool, arguments=which.arguments)],
-                             timeout=_CALL_PATIENCE_S)  # fmt: skip
+    (result,) = executor.run(
+        [ToolCall(name=which.tool, arguments=which.arguments)], timeout=_CALL_PATIENCE_S
+    )
     if result.status is not ToolStatus.OK:
         raise BenchError(f"{which.tool} failed: {result.content[:300]!r}")
     return result.content
@@ -331,9 +350,11 @@ def check_live(window: Window) -> None:
     pool wrote any)."""
     for index, (states, events) in enumerate(window.received()):
         if states + events == 0 or (window.written and events == 0):
-            raise BenchError(f"viewer {index} got {states} state and {events} event messages "
-                             f"in the window, the pool wrote {window.written} events: "
-                             "not live")  # fmt: skip
+            raise BenchError(
+                f"viewer {index} got {states} state and {events} event messages "
+                f"in the window, the pool wrote {window.written} events: "
+                "not live"
+            )
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -362,24 +383,31 @@ class Figures:
 
 def spread(values: Sequence[float], digits: int = 2) -> str:
     """``min / median / max``."""
-    return " / ".join(f"{v:.{digits}f}" for v in (min(values), statistics.median(values),
-                                                   max(values)))  # fmt: skip
+    return " / ".join(
+        f"{v:.{digits}f}" for v in (min(values), statistics.median(values), max(values))
+    )
 
 
 def window_lines(window: Window, indent: int) -> list[str]:
     """One window's figures: calls/s and latency; the CPU each group of processes used; with
     the dashboard, the viewers' messages against the events the pool wrote."""
-    lines = [f"{window.side:<17}  {window.rate:6.1f} calls/s  p50 {window.p50:6.2f} ms  "
-             f"p90 {window.p90:6.2f} ms"]  # fmt: skip
+    lines = [
+        f"{window.side:<17}  {window.rate:6.1f} calls/s  p50 {window.p50:6.2f} ms  "
+        f"p90 {window.p90:6.2f} ms"
+    ]
     used = ", ".join(f"{name} {window.cpu(name):.1f}" for name in window.first.ticks)
-    lines.append(f"{'':<{indent}}CPU, % of one core: {used}; the machine {window.busy:.1f} % "
-                 "busy (all cores)")  # fmt: skip
+    lines.append(
+        f"{'':<{indent}}CPU, % of one core: {used}; the machine {window.busy:.1f} % "
+        "busy (all cores)"
+    )
     received = window.received()
     if received:
         states, events = [s for s, _ in received], [e for _, e in received]
-        lines.append(f"{'':<{indent}}viewers: each of {len(received)} got "
-                     f"{min(states)}-{max(states)} state and {min(events)}-{max(events)} event "
-                     f"messages, the pool wrote {window.written} events")  # fmt: skip
+        lines.append(
+            f"{'':<{indent}}viewers: each of {len(received)} got "
+            f"{min(states)}-{max(states)} state and {min(events)}-{max(events)} event "
+            f"messages, the pool wrote {window.written} events"
+        )
     return lines
 
 
@@ -392,21 +420,29 @@ def ratio_line(without: Window, with_: Window) -> str:
 
 def table(figures: Figures) -> list[str]:
     """Per side, min / median / max over runs; and the ratios with / without."""
-    header = (f"{'':<17} {'calls/s':>22} {'p50 ms':>22} {'p90 ms':>22} "
-              f"{'dashboard CPU %':>19} {'viewers CPU %':>19}")  # fmt: skip
+    header = (
+        f"{'':<17} {'calls/s':>22} {'p50 ms':>22} {'p90 ms':>22} "
+        f"{'dashboard CPU %':>19} {'viewers CPU %':>19}"
+    )
     lines = [header + "   (each: min / median / max over runs)", "-" * len(header)]
     for side in (WITHOUT, WITH):
         windows = figures.windows[side]
         cpus = [[w.cpu(name) for w in windows] for name in ("dashboard", "viewers")]
-        shown = [spread([c for c in cpu if c is not None], 1) if cpu[0] is not None else "-"
-                 for cpu in cpus]  # fmt: skip
-        lines.append(f"{side:<17} {spread([w.rate for w in windows], 1):>22} "
-                     f"{spread([w.p50 for w in windows]):>22} "
-                     f"{spread([w.p90 for w in windows]):>22} {shown[0]:>19} "
-                     f"{shown[1]:>19}")  # fmt: skip
-    lines.append(f"{'with / without':<17} {spread(figures.ratios(lambda w: w.rate), 3):>22} "
-                 f"{spread(figures.ratios(lambda w: w.p50), 3):>22} "
-                 f"{spread(figures.ratios(lambda w: w.p90), 3):>22}")  # fmt: skip
+        shown = [
+            spread([c for c in cpu if c is not None], 1) if cpu[0] is not None else "-"
+            for cpu in cpus
+        ]
+        lines.append(
+            f"{side:<17} {spread([w.rate for w in windows], 1):>22} "
+            f"{spread([w.p50 for w in windows]):>22} "
+            f"{spread([w.p90 for w in windows]):>22} {shown[0]:>19} "
+            f"{shown[1]:>19}"
+        )
+    lines.append(
+        f"{'with / without':<17} {spread(figures.ratios(lambda w: w.rate), 3):>22} "
+        f"{spread(figures.ratios(lambda w: w.p50), 3):>22} "
+        f"{spread(figures.ratios(lambda w: w.p90), 3):>22}"
+    )
     return lines
 
 
@@ -459,8 +495,9 @@ def measure_side(side: str, setup: Setup, prefix: str) -> Window:
     with dashboard(setup.redis_url, log) as (port, pid), viewers(port, args.viewers) as watching:
         print(f"{prefix}  (dashboard pid {pid}, viewers' process pid {watching.pid})", flush=True)
         pids = {**probe.pids, "dashboard": [pid], "viewers": [watching.pid]}
-        window = setup.load.window(side, args.seconds, Probe(probe.client, probe.keys, pids,
-                                                             watching))  # fmt: skip
+        window = setup.load.window(
+            side, args.seconds, Probe(probe.client, probe.keys, pids, watching)
+        )
     check_live(window)
     return window
 
@@ -475,9 +512,11 @@ def _running(*pids: int | None) -> list[int]:
 def run(args: argparse.Namespace) -> None:
     """The whole benchmark, printed as it goes."""
     print(f"command: {shlex.join(sys.orig_argv)}")
-    print(f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}; load average at start {_load()}",
-          flush=True)  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}; load average at start {_load()}",
+        flush=True,
+    )
     with ExitStack() as stack:
         folder = Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="toolpool-bench-dash-"))
@@ -490,22 +529,29 @@ def run(args: argparse.Namespace) -> None:
         pool = Pool()
         stack.callback(pool.stop)
         start_builtin_workers(pool, server.url, settings, args.workers, "dash")
-        print(f"pool: redis-server (pid {server.pid}, unix socket), {args.workers} worker "
-              f"processes (pids {', '.join(str(p.pid) for p in pool.processes)}) serving the "
-              f"built-in tools, bash sandbox off; workspace {workspace}, removed at the "
-              "end")  # fmt: skip
+        print(
+            f"pool: redis-server (pid {server.pid}, unix socket), {args.workers} worker "
+            f"processes (pids {', '.join(str(p.pid) for p in pool.processes)}) serving the "
+            f"built-in tools, bash sandbox off; workspace {workspace}, removed at the "
+            "end"
+        )
         load = Load(server.url, args.rate)
         stack.callback(load.close)
         pace = f"paced at {args.rate} calls/s" if args.rate else "unpaced (back to back)"
-        print(f"load: turns of one call, {' and '.join(c.tool for c in CALLS)} by turns, from "
-              f"{CLIENTS} client threads, {pace}; a window: {WARM_S:g} s warm-up, "
-              f"{args.seconds:g} s measured; a warm-up window, then {args.runs} run(s), each "
-              f"a window without and one with the dashboard and {args.viewers} viewers, order "
-              "reversed every other run")  # fmt: skip
+        print(
+            f"load: turns of one call, {' and '.join(c.tool for c in CALLS)} by turns, from "
+            f"{CLIENTS} client threads, {pace}; a window: {WARM_S:g} s warm-up, "
+            f"{args.seconds:g} s measured; a warm-up window, then {args.runs} run(s), each "
+            f"a window without and one with the dashboard and {args.viewers} viewers, order "
+            "reversed every other run"
+        )
         print(goal(args) + "\n", flush=True)
         client = stack.enter_context(redis.Redis.from_url(server.url, socket_timeout=10))
-        pids = {"load (this process)": [os.getpid()], "redis": _running(server.pid),
-                "workers": _running(*(p.pid for p in pool.processes))}  # fmt: skip
+        pids = {
+            "load (this process)": [os.getpid()],
+            "redis": _running(server.pid),
+            "workers": _running(*(p.pid for p in pool.processes)),
+        }
         probe = Probe(client, Keys(settings.key_prefix), pids)
         setup = Setup(args, server.url, folder, load, probe)
         # The first window of a fresh pool is slower than the rest: one, not counted, first.
@@ -529,12 +575,21 @@ def run(args: argparse.Namespace) -> None:
 def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=at_least(1), default=3, help="runs (min / median / max)")
-    parser.add_argument("--seconds", type=at_least(1), default=10,
-                        help="measured seconds of each window (after a warm-up)")  # fmt: skip
-    parser.add_argument("--rate", type=at_least(0), default=100,
-                        help="calls a second the load paces itself to (0: unpaced)")  # fmt: skip
-    parser.add_argument("--viewers", type=at_least(1), default=10,
-                        help="viewers reading the dashboard's stream")  # fmt: skip
+    parser.add_argument(
+        "--seconds",
+        type=at_least(1),
+        default=10,
+        help="measured seconds of each window (after a warm-up)",
+    )
+    parser.add_argument(
+        "--rate",
+        type=at_least(0),
+        default=100,
+        help="calls a second the load paces itself to (0: unpaced)",
+    )
+    parser.add_argument(
+        "--viewers", type=at_least(1), default=10, help="viewers reading the dashboard's stream"
+    )
     parser.add_argument("--workers", type=at_least(1), default=2, help="worker processes")
     return parser.parse_args(argv)
 
@@ -542,5 +597,6 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit code 0 when done, 1 when something failed, 130 when interrupted."""
     args = _options(argv)
-    return run_bench(lambda: run(args), (BenchError,),
-                     stopped="Redis, workers, dashboard and viewers stopped")  # fmt: skip
+    return run_bench(
+        lambda: run(args), (BenchError,), stopped="Redis, workers, dashboard and viewers stopped"
+    )

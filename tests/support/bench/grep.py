@@ -68,9 +68,11 @@ def main() -> int:
         return 1
     files = sum(1 for path in tree.rglob("*") if path.is_file())
     size = sum(path.stat().st_size for path in tree.rglob("*") if path.is_file())
-    print(f"tree: {tree} ({files} files, {size / 1e6:.0f} MB); each figure the median of "
-          f"{args.runs} runs, as min / median / max of {args.repeat} rounds; "
-          f"load {_load()}\n")  # fmt: skip
+    print(
+        f"tree: {tree} ({files} files, {size / 1e6:.0f} MB); each figure the median of "
+        f"{args.runs} runs, as min / median / max of {args.repeat} rounds; "
+        f"load {_load()}\n"
+    )
     ours: dict[str, list[float]] = {case.pattern: [] for case in CASES}
     theirs_rg: dict[str, list[float]] = {case.pattern: [] for case in CASES}
     theirs_grep: dict[str, list[float]] = {case.pattern: [] for case in CASES}
@@ -89,8 +91,10 @@ def main() -> int:
                 _time_shell(_grep_command(tree, case.pattern), args.runs, capped)
             )
         catastrophic.append(_time_catastrophic())
-    header = (f"{'case':<19} {'pattern':<23} {'matches':>7} {'toolpool ms':>17} "
-              f"{'rg ms':>17} {'grep ms':>17} {'/rg':>5} {'/grep':>5}")  # fmt: skip
+    header = (
+        f"{'case':<19} {'pattern':<23} {'matches':>7} {'toolpool ms':>17} "
+        f"{'rg ms':>17} {'grep ms':>17} {'/rg':>5} {'/grep':>5}"
+    )
     print(header)
     print("-" * len(header))
     for case in CASES:
@@ -101,8 +105,10 @@ def main() -> int:
             f"{statistics.median(mine) / statistics.median(rgs):>5.2f} "
             f"{statistics.median(mine) / statistics.median(greps):>5.2f}"
         )
-    print(f"\n{CATASTROPHIC} on a 100,000-character line, through the tool: "
-          f"{_spread(catastrophic)} ms")  # fmt: skip
+    print(
+        f"\n{CATASTROPHIC} on a 100,000-character line, through the tool: "
+        f"{_spread(catastrophic)} ms"
+    )
     print(f"\nrg:   {_rg_command(rg, tree, '<pattern>')}\ngrep: {_grep_command(tree, '<pattern>')}")
     return 0
 

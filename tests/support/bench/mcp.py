@@ -216,16 +216,19 @@ def table(figures: Figures, calls: Sequence[Call], names: Sequence[str]) -> list
         for name in names:
             key = (which.label, name)
             ratio = "-" if name == EXECUTOR else spread(figures.ratios[key])
-            lines.append(f"{which.label:<11} {name:<13} {spread(figures.medians[key]):>28} "
-                         f"{spread(figures.p90s[key]):>26} {ratio:>33}")  # fmt: skip
+            lines.append(
+                f"{which.label:<11} {name:<13} {spread(figures.medians[key]):>28} "
+                f"{spread(figures.p90s[key]):>26} {ratio:>33}"
+            )
     return lines
 
 
 def verdict(figures: Figures, calls: Sequence[Call]) -> str:
     """The goal line: met when the median over runs of MCP stdio's ratio is under the goal
     for every call."""
-    middles = {which.label: statistics.median(figures.ratios[(which.label, STDIO)])
-               for which in calls}  # fmt: skip
+    middles = {
+        which.label: statistics.median(figures.ratios[(which.label, STDIO)]) for which in calls
+    }
     met = all(middle < GOAL_RATIO for middle in middles.values())
     detail = ", ".join(f"{label} {middle:.2f}x" for label, middle in middles.items())
     return f"{GOAL}: {'met' if met else 'NOT met'} (median over runs: {detail})"
@@ -249,11 +252,29 @@ def http_server(redis_url: str, log: Path) -> Iterator[tuple[str, int]]:
     """``toolpool mcp --http`` on a free loopback port: (its MCP URL, its pid) once it says
     it serves; stopped by its pid after."""
     port = free_port()
-    argv = [sys.executable, "-m", "executor.cli", "mcp", "--http", "--host", "127.0.0.1",
-            "--port", str(port), "--redis", redis_url]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "executor.cli",
+        "mcp",
+        "--http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+    ]
     with log.open("ab") as stderr:
-        process = subprocess.Popen(argv, env=server_env(), cwd=ROOT, stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True)  # fmt: skip
+        process = subprocess.Popen(
+            argv,
+            env=server_env(),
+            cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     found: list[str] = []
     said = threading.Event()
 
@@ -303,11 +324,15 @@ def kill_leftovers(pids: Sequence[int]) -> None:
 @asynccontextmanager
 async def stdio_connection(redis_url: str, mode: str, errlog: TextIO) -> AsyncIterator[Client]:
     """A client that started ``toolpool mcp`` as its subprocess, connected over stdio."""
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "executor.cli", "mcp", "--redis", redis_url],
-                                   env=server_env(), cwd=ROOT)  # fmt: skip
-    async with Client(stdio_client(params, errlog=errlog), mode=mode,
-                      read_timeout_seconds=_CALL_PATIENCE_S) as client:  # fmt: skip
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "executor.cli", "mcp", "--redis", redis_url],
+        env=server_env(),
+        cwd=ROOT,
+    )
+    async with Client(
+        stdio_client(params, errlog=errlog), mode=mode, read_timeout_seconds=_CALL_PATIENCE_S
+    ) as client:
         yield client
 
 
@@ -352,9 +377,11 @@ async def measure_all(setup: Setup) -> Figures:
     args = setup.args
     async with AsyncExitStack() as stack:
         stdio = await _connect(
-            "stdio", stack, stdio_connection(setup.redis_url, args.mode, setup.stdio_log),
+            "stdio",
+            stack,
+            stdio_connection(setup.redis_url, args.mode, setup.stdio_log),
             setup.stdio_log_path,
-        )  # fmt: skip
+        )
         setup.stdio_pids.extend(_stdio_server_pids(setup.redis_url))
         http = await _connect("HTTP", stack, http_connection(setup.http_url, args.mode), None)
         pids = ", ".join(map(str, setup.stdio_pids)) or "not found"
@@ -362,15 +389,20 @@ async def measure_all(setup: Setup) -> Figures:
             f"MCP stdio server: pid {pids}, protocol {stdio.protocol_version}; MCP HTTP: "
             f"{setup.http_url}, protocol {http.protocol_version} (client mode {args.mode})"
         )
-        sides = {EXECUTOR: executor_side(setup.executor), STDIO: mcp_side(STDIO, stdio),
-                 HTTP: mcp_side(HTTP, http)}  # fmt: skip
+        sides = {
+            EXECUTOR: executor_side(setup.executor),
+            STDIO: mcp_side(STDIO, stdio),
+            HTTP: mcp_side(HTTP, http),
+        }
         figures = Figures()
         for index in range(args.runs):
             times = await measure(sides, CALLS, args.calls, args.warmup)
             figures.add(times)
             for which in CALLS:
-                print(f"run {index + 1}/{args.runs}  {run_line(times, which.label, SIDES)}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"run {index + 1}/{args.runs}  {run_line(times, which.label, SIDES)}",
+                    flush=True,
+                )
     return figures
 
 
@@ -403,9 +435,12 @@ def _load() -> str:
 def run(args: argparse.Namespace) -> None:
     """The whole benchmark, printed as it goes."""
     print(f"command: {shlex.join(sys.orig_argv)}")
-    print(f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}, mcp {version('mcp')}; load average at start "
-          f"{_load()}", flush=True)  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, mcp {version('mcp')}; load average at start "
+        f"{_load()}",
+        flush=True,
+    )
     with ExitStack() as stack:
         folder = Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="toolpool-bench-mcp-"))
@@ -420,10 +455,12 @@ def run(args: argparse.Namespace) -> None:
         start_builtin_workers(pool, server.url, settings, WORKERS, "mcp")
         with server.client() as client:
             info: dict[str, Any] = client.info("server")
-        print(f"pool: redis-server {info.get('redis_version')} (pid {server.pid}, unix socket), "
-              f"{WORKERS} worker processes (pids {', '.join(str(p.pid) for p in pool.processes)}) "
-              f"serving the built-in tools, bash sandbox off; workspace {workspace} with "
-              f"{SMALL_FILE} ({len(SMALL_TEXT)} bytes), removed at the end")  # fmt: skip
+        print(
+            f"pool: redis-server {info.get('redis_version')} (pid {server.pid}, unix socket), "
+            f"{WORKERS} worker processes (pids {', '.join(str(p.pid) for p in pool.processes)}) "
+            f"serving the built-in tools, bash sandbox off; workspace {workspace} with "
+            f"{SMALL_FILE} ({len(SMALL_TEXT)} bytes), removed at the end"
+        )
         # The same settings the MCP servers build from their command line.
         executor = stack.enter_context(Executor(settings=Settings(redis_url=server.url)))
         http_url, http_pid = stack.enter_context(http_server(server.url, folder / "http.log"))
@@ -437,8 +474,9 @@ def run(args: argparse.Namespace) -> None:
             f"side, order of sides reversed every other round; {args.runs} run(s)"
         )
         print(GOAL + "\n", flush=True)
-        setup = Setup(args, server.url, http_url, executor, stdio_log, folder / "stdio.log",
-                      stdio_pids)  # fmt: skip
+        setup = Setup(
+            args, server.url, http_url, executor, stdio_log, folder / "stdio.log", stdio_pids
+        )
         try:
             figures = anyio.run(measure_all, setup)
         except BaseException as exc:
@@ -452,10 +490,12 @@ def run(args: argparse.Namespace) -> None:
 def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=at_least(1), default=3, help="runs (min / median / max)")
-    parser.add_argument("--calls", type=at_least(1), default=200,
-                        help="timed rounds a run: calls per side and tool")  # fmt: skip
-    parser.add_argument("--warmup", type=at_least(0), default=20,
-                        help="untimed rounds before each run")  # fmt: skip
+    parser.add_argument(
+        "--calls", type=at_least(1), default=200, help="timed rounds a run: calls per side and tool"
+    )
+    parser.add_argument(
+        "--warmup", type=at_least(0), default=20, help="untimed rounds before each run"
+    )
     parser.add_argument(
         "--mode",
         choices=MODES,
@@ -469,5 +509,6 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit code 0 when done, 1 when a call failed, 130 when interrupted."""
     args = _options(argv)
-    return run_bench(lambda: run(args), (BenchError,),
-                     stopped="Redis, workers and MCP servers stopped")  # fmt: skip
+    return run_bench(
+        lambda: run(args), (BenchError,), stopped="Redis, workers and MCP servers stopped"
+    )

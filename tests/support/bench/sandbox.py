@@ -220,8 +220,10 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> None:
     """The whole benchmark, printed as it goes."""
     print(f"command: {shlex.join(sys.orig_argv)}")
-    print(f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
-          f"Python {platform.python_version()}; load average at start {_load()}")  # fmt: skip
+    print(
+        f"machine: {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}; load average at start {_load()}"
+    )
     found = probe(False)
     with tempfile.TemporaryDirectory(prefix="toolpool-bench-sandbox-") as folder:
         root = Path(folder).resolve()
@@ -235,12 +237,16 @@ def run(args: argparse.Namespace) -> None:
             print(f"sandbox: not measured: {found.reason}")
         else:
             print(f"  {SANDBOX:<19} {found.version or found.bwrap} (required); the same limits")
-            print(f"  {SANDBOX_ALONE:<19} the same, without the limits that need a cgroup "
-                  "(processes, memory, total CPU)")  # fmt: skip
-        print(f"{_count(args.calls, 'call')} per mode and command after "
-              f"{_count(args.warmup, 'warm-up round')}, modes interleaved; overhead: median of "
-              f"paired differences against {UNCONFINED}, pairs in the same round, in alternating "
-              f"order; {_count(args.runs, 'run')}")  # fmt: skip
+            print(
+                f"  {SANDBOX_ALONE:<19} the same, without the limits that need a cgroup "
+                "(processes, memory, total CPU)"
+            )
+        print(
+            f"{_count(args.calls, 'call')} per mode and command after "
+            f"{_count(args.warmup, 'warm-up round')}, modes interleaved; overhead: median of "
+            f"paired differences against {UNCONFINED}, pairs in the same round, in alternating "
+            f"order; {_count(args.runs, 'run')}"
+        )
         print(GOAL + "\n")
         figures = Figures({}, {})
         for index in range(args.runs):

@@ -80,8 +80,10 @@ class _Agent(threading.Thread):
         try:
             while not self.stop.is_set():
                 serial += 1
-                calls = [{"id": f"{self.prefix}-{serial}-{i}", "name": "noop", "arguments": {}}
-                         for i in range(self.turn)]  # fmt: skip
+                calls = [
+                    {"id": f"{self.prefix}-{serial}-{i}", "name": "noop", "arguments": {}}
+                    for i in range(self.turn)
+                ]
                 started = time.monotonic()
                 results = self.executor.collect(self.executor.submit(calls), timeout=60)
                 failed = sum(r.status is not ToolStatus.OK for r in results)
@@ -107,8 +109,10 @@ def measure_cell(bench: Bench, workers: int, turn: int, seconds: float, warm_s: 
         agent.join(90)
     errors = [agent.error for agent in agents if agent.error is not None]
     if errors or any(agent.is_alive() for agent in agents):
-        raise BenchError(f"an agent failed in cell {workers} workers x turns of {turn}: "
-                         f"{errors[0] if errors else 'did not stop within 90 s'}")  # fmt: skip
+        raise BenchError(
+            f"an agent failed in cell {workers} workers x turns of {turn}: "
+            f"{errors[0] if errors else 'did not stop within 90 s'}"
+        )
     window = [t for agent in agents for t in agent.turns if start <= t[1] <= end]
     latencies = [(done - submitted) * 1000 for submitted, done, _ in window if submitted >= start]
     if not window or not latencies:
@@ -152,12 +156,17 @@ def _parse_counts(text: str) -> list[int]:
 def _options(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--workers", type=_parse_counts, default=[1, 2, 4, 8])
-    parser.add_argument("--turns", type=_parse_counts, default=[1, 8, 32],
-                        help="calls per turn, e.g. 1,8,32")  # fmt: skip
+    parser.add_argument(
+        "--turns", type=_parse_counts, default=[1, 8, 32], help="calls per turn, e.g. 1,8,32"
+    )
     parser.add_argument("--seconds", type=float, default=6.0, help="measured time a cell")
     parser.add_argument("--warm-s", type=float, default=1.0, help="unmeasured start a cell")
-    parser.add_argument("--figure", type=Path, default=None,
-                        help=f"PNG to write (default {FIGURE}; --quick: a temp file)")  # fmt: skip
+    parser.add_argument(
+        "--figure",
+        type=Path,
+        default=None,
+        help=f"PNG to write (default {FIGURE}; --quick: a temp file)",
+    )
     parser.add_argument("--markdown", type=Path, default=None, help="also write the table")
     parser.add_argument("--quick", action="store_true", help="a fast version (about 30 s)")
     args = parser.parse_args(argv)

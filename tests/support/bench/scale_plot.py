@@ -29,8 +29,14 @@ def plot(path: Path, cells: list[Cell], seconds: float) -> str:
         xs = [c.workers for c in row]
         left.plot(xs, [c.rate for c in row], marker="o", color=color, label=label)
         right.plot(xs, [c.p50_ms for c in row], marker="o", color=color, label=f"{label}, p50")
-        right.plot(xs, [c.p99_ms for c in row], marker="x", linestyle="--", color=color,
-                   label=f"{label}, p99")  # fmt: skip
+        right.plot(
+            xs,
+            [c.p99_ms for c in row],
+            marker="x",
+            linestyle="--",
+            color=color,
+            label=f"{label}, p99",
+        )
     for axis in (left, right):
         axis.set_xscale("log", base=2)
         axis.set_xticks(workers, [str(w) for w in workers])
@@ -46,6 +52,8 @@ def plot(path: Path, cells: list[Cell], seconds: float) -> str:
     right.set_title("latency, a call's turn submitted -> collected: p50 (o), p99 (x)", fontsize=9)
     right.legend(fontsize=7, loc="best", ncol=2)
     return save(
-        figure, path, f"toolpool scale sweep ({os.cpu_count()} cores, one machine; {seconds:g} s "
+        figure,
+        path,
+        f"toolpool scale sweep ({os.cpu_count()} cores, one machine; {seconds:g} s "
         "a cell, closed-loop agents, 2 calls a worker in flight)",
-    )  # fmt: skip
+    )

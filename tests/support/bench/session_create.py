@@ -44,8 +44,10 @@ def measure_create(bench: _Bench, runs: int) -> None:
     ``Sessions.create(template=...)``; print min / median / max of both and their ratio."""
     template = Path(sysconfig.get_paths()["purelib"]).resolve()
     files, size = _tree(template)
-    bench.out(f"\nCreating a session from a template: {template} ({files:,} files, "
-              f"{size / 2**20:,.0f} MiB), against `cp -a` of it on the same disk")  # fmt: skip
+    bench.out(
+        f"\nCreating a session from a template: {template} ({files:,} files, "
+        f"{size / 2**20:,.0f} MiB), against `cp -a` of it on the same disk"
+    )
     copies: list[float] = []
     creates: list[float] = []
     for run in range(runs):
@@ -67,8 +69,10 @@ def measure_create(bench: _Bench, runs: int) -> None:
     bench.out(f"  cp -a            {_spread(copies)} s")
     bench.out(f"  session create   {_spread(creates)} s")
     bench.out(f"  ratio create / cp -a, per run: {_spread(ratios)}")
-    bench.summary.append(f"session create from a {size / 2**20:,.0f} MiB template / cp -a: "
-                         f"{_spread(ratios)} (min / median / max)")  # fmt: skip
+    bench.summary.append(
+        f"session create from a {size / 2**20:,.0f} MiB template / cp -a: "
+        f"{_spread(ratios)} (min / median / max)"
+    )
 
 
 def _spread(values: list[float]) -> str:

@@ -156,8 +156,9 @@ class SessionBench:
         workspace, root = self.folder / self.host / "workspace", self.folder / self.host / "s"
         workspace.mkdir(parents=True)
         root.mkdir()
-        settings = Settings(redis_url=self.url, workspace=workspace, sessions_root=root,
-                            host=self.host)  # fmt: skip
+        settings = Settings(
+            redis_url=self.url, workspace=workspace, sessions_root=root, host=self.host
+        )
         pool = Pool()
         self.pools.append(pool)
         names = [f"{self.host}-w{index}" for index in range(count)]
@@ -222,8 +223,7 @@ class SessionBench:
                 start = granted.pop(item.call_id).ts
                 spans.setdefault(item.worker, []).append((start, item.ts))
         holds = [end - start for held in spans.values() for start, end in held]
-        gaps = [b[0] - a[1] for held in spans.values()
-                for a, b in itertools.pairwise(sorted(held))]  # fmt: skip
+        gaps = [b[0] - a[1] for held in spans.values() for a, b in itertools.pairwise(sorted(held))]
         return _median(holds), _median(gaps)
 
 
@@ -246,15 +246,23 @@ def _run_agents(
     patience = _PATIENCE_S + len(executors) * calls * SLEEP_S * 4
 
     def agent(index: int) -> None:
-        turn = [{"id": f"{tag}-a{index}-{j}", "name": "bash",
-                 "arguments": {"command": f"sleep {SLEEP_S:g}"}} for j in range(calls)]  # fmt: skip
+        turn = [
+            {
+                "id": f"{tag}-a{index}-{j}",
+                "name": "bash",
+                "arguments": {"command": f"sleep {SLEEP_S:g}"},
+            }
+            for j in range(calls)
+        ]
         try:
             barrier.wait(timeout=_PATIENCE_S)
             started = time.perf_counter()
             results = executors[index].run(turn, session=sessions[index], timeout=patience)
             ended = time.perf_counter()
-            failed = sum(r.status is not ToolStatus.OK or not r.content.startswith("exit code: 0")
-                         for r in results)  # fmt: skip
+            failed = sum(
+                r.status is not ToolStatus.OK or not r.content.startswith("exit code: 0")
+                for r in results
+            )
             outcomes[index] = _AgentRun(started, ended, failed)
         except BaseException as exc:  # handed to the main thread, which raises it
             outcomes[index] = exc
@@ -282,8 +290,10 @@ def _run_agents(
 
 def measure_headline(bench: SessionBench) -> dict[int, list[Measured]]:
     """``--runs`` runs each of 8 sessions and of no sessions, alternating which goes first."""
-    shapes = [Shape(HEADLINE_WORKERS, HEADLINE_AGENTS, HEADLINE_AGENTS),
-              Shape(HEADLINE_WORKERS, 0, HEADLINE_AGENTS)]  # fmt: skip
+    shapes = [
+        Shape(HEADLINE_WORKERS, HEADLINE_AGENTS, HEADLINE_AGENTS),
+        Shape(HEADLINE_WORKERS, 0, HEADLINE_AGENTS),
+    ]
     runs: dict[int, list[Measured]] = {shape.sessions: [] for shape in shapes}
     for index in range(bench.args.runs):
         for shape in shapes if index % 2 == 0 else shapes[::-1]:

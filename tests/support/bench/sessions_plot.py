@@ -35,9 +35,14 @@ def plot(path: Path, headline: dict[int, list[Measured]], sweep: list[Measured])
     right.axhline(ideal, color="black", linestyle="--", linewidth=1)
     right.text(-0.45, ideal, f"ideal {ideal:.1f} s", va="bottom", ha="left", fontsize=8)
     for bar, wall in zip(bars, walls, strict=True):
-        right.text(bar.get_x() + bar.get_width() / 2, wall, f"{wall:.2f} s\n"
-                   f"efficiency {ideal / wall:.2f}", ha="center", va="bottom",
-                   fontsize=8)  # fmt: skip
+        right.text(
+            bar.get_x() + bar.get_width() / 2,
+            wall,
+            f"{wall:.2f} s\nefficiency {ideal / wall:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     right.set_ylabel("wall time, s (median)")
     right.set_ylim(0, max(walls) * 1.25)
     right.set_title(
@@ -46,11 +51,16 @@ def plot(path: Path, headline: dict[int, list[Measured]], sweep: list[Measured])
         fontsize=9,
     )
     for sessions in sorted({m.shape.sessions for m in sweep}):
-        cells = sorted((m for m in sweep if m.shape.sessions == sessions),
-                       key=lambda m: m.shape.workers)  # fmt: skip
+        cells = sorted(
+            (m for m in sweep if m.shape.sessions == sessions), key=lambda m: m.shape.workers
+        )
         shared = f", {SHARED_AGENTS} agents (ideal: its lock's {cells[0].shape.ideal_s:g} s)"
-        left.plot([m.shape.workers for m in cells], [m.efficiency for m in cells], marker="o",
-                  label=cells[0].shape.label + (shared if sessions == 1 else ""))  # fmt: skip
+        left.plot(
+            [m.shape.workers for m in cells],
+            [m.efficiency for m in cells],
+            marker="o",
+            label=cells[0].shape.label + (shared if sessions == 1 else ""),
+        )
     left.axhline(TARGET, color="gray", linestyle=":", linewidth=1, label=f"target {TARGET}")
     left.set_xscale("log", base=2)
     workers = sorted({m.shape.workers for m in sweep})
@@ -58,7 +68,8 @@ def plot(path: Path, headline: dict[int, list[Measured]], sweep: list[Measured])
     left.set_ylim(0, 1.05)
     left.set_xlabel("workers")
     left.set_ylabel("efficiency (ideal / measured)")
-    left.set_title(f"sweep: an agent a session, {CALLS} x sleep {SLEEP_S:g} each; one run a cell",
-                   fontsize=9)  # fmt: skip
+    left.set_title(
+        f"sweep: an agent a session, {CALLS} x sleep {SLEEP_S:g} each; one run a cell", fontsize=9
+    )
     left.legend(fontsize=8, loc="lower left")
     return save(figure, path, f"toolpool sessions ({os.cpu_count()} cores, one machine)")

@@ -61,8 +61,10 @@ class Pool:
         while not ready():
             for process in self.processes:
                 if not process.is_alive():
-                    raise BenchError(f"worker process {process.pid} exited with code "
-                                     f"{process.exitcode} before it was {what}")  # fmt: skip
+                    raise BenchError(
+                        f"worker process {process.pid} exited with code "
+                        f"{process.exitcode} before it was {what}"
+                    )
             if time.monotonic() > deadline:
                 raise BenchError(f"workers not {what} within {patience:g} s")
             time.sleep(0.05)

@@ -49,10 +49,13 @@ async def _view(host: str, port: int, tally: Tally, errors: list[str]) -> None:
     ends. As cheap a reader as can be (no HTTP library, no parsing beyond the markers), so
     what the viewers' process costs the machine is little beside the dashboard's cost."""
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                _ASK_PATIENCE_S)  # fmt: skip
-        writer.write(f"GET /api/stream HTTP/1.1\r\nHost: {host}:{port}\r\n"
-                     "Accept: text/event-stream\r\n\r\n".encode())  # fmt: skip
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port), _ASK_PATIENCE_S
+        )
+        writer.write(
+            f"GET /api/stream HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _ASK_PATIENCE_S)
         if not head.startswith(b"HTTP/1.1 200 "):
             errors.append(f"/api/stream answered {head.splitlines()[0]!r}")
@@ -102,8 +105,9 @@ class Viewers:
         """Per viewer, the (state, event) messages it got so far; ``BenchError`` if one failed."""
         self.conn.send("tally")
         if not self.conn.poll(_ASK_PATIENCE_S):
-            raise BenchError(f"the viewers' process (pid {self.pid}) did not answer within "
-                             f"{_ASK_PATIENCE_S:g} s")  # fmt: skip
+            raise BenchError(
+                f"the viewers' process (pid {self.pid}) did not answer within {_ASK_PATIENCE_S:g} s"
+            )
         counts, errors = self.conn.recv()
         if errors:
             raise BenchError(f"{len(errors)} viewer(s) failed, the first: {errors[0]}")

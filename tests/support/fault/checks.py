@@ -27,8 +27,9 @@ from typing import Any
 from executor.wire import Event
 
 WRITE_TOOLS = frozenset({"write_file", "edit_file"})
-READ_ONLY_TOOLS = frozenset({"read_file", "grep", "glob", "list_directory", "calculator",
-                             "get_weather"})  # fmt: skip
+READ_ONLY_TOOLS = frozenset(
+    {"read_file", "grep", "glob", "list_directory", "calculator", "get_weather"}
+)
 EDIT_LOG = "edits.log"
 EDIT_LOG_START = "edits:\nEND\n"
 RAN_LOG = "ran.log"  # bash appends its call id: proof that a command ran (bash is not fenced)
@@ -81,8 +82,10 @@ KNOWN_FAULTS: dict[str, tuple[str, ...]] = {}
 
 def known_fault(violation: str) -> str | None:
     """The id of the known fault a violation belongs to, or None for a new one."""
-    return next((key for key, texts in KNOWN_FAULTS.items()
-                 if any(text in violation for text in texts)), None)  # fmt: skip
+    return next(
+        (key for key, texts in KNOWN_FAULTS.items() if any(text in violation for text in texts)),
+        None,
+    )
 
 
 @dataclass
@@ -157,9 +160,13 @@ class _Hold:
 
 
 def check_holds(
-    events: list[Event], records: dict[str, CallRecord], faults: list[Fault],
-    sightings: list[Sighting], *, sessions: bool = False,
-) -> list[CheckResult]:  # fmt: skip
+    events: list[Event],
+    records: dict[str, CallRecord],
+    faults: list[Fault],
+    sightings: list[Sighting],
+    *,
+    sessions: bool = False,
+) -> list[CheckResult]:
     """Check 1, in two parts; with ``sessions``, in three.
 
     1a: no exclusive hold overlapped another of its scope while both leases were valid (with
@@ -177,40 +184,56 @@ def check_holds(
         rec = records.get(hold.call_id)
         scopes[rec.session if sessions and rec else ""].append(hold)
     reported: set[str] = set()
-    counted = {scope: _overlaps(group, first_seen, within if scope else valid, fenced, reported)
-               for scope, group in scopes.items()}  # fmt: skip
+    counted = {
+        scope: _overlaps(group, first_seen, within if scope else valid, fenced, reported)
+        for scope, group in scopes.items()
+    }
     default = scopes.get("", [])
     overlaps, excused = counted.get("", (0, 0))
-    valid.notes.append(f"holds {len(default)}, overlaps {overlaps}, of which with a lease lost "
-                       f"or ended unseen (judged in 1b) {excused}")  # fmt: skip
+    valid.notes.append(
+        f"holds {len(default)}, overlaps {overlaps}, of which with a lease lost "
+        f"or ended unseen (judged in 1b) {excused}"
+    )
     open_ended = [h for h in default if h.end is None]
     if open_ended:
-        valid.notes.append(f"{len(open_ended)} holds without a release event (events dropped "
-                           "while Redis was down); not checkable")  # fmt: skip
+        valid.notes.append(
+            f"{len(open_ended)} holds without a release event (events dropped "
+            "while Redis was down); not checkable"
+        )
     if sessions:
         _session_notes(within, scopes, counted)
     landed = {s.writer for s in sightings if s.writer is not None}
     for rec in records.values():
-        if rec.error_type == "lock_lost" and "not committed" in rec.message \
-                and rec.call_id in landed:  # fmt: skip
-            fenced.violations.append(f"{rec.tool} {rec.call_id}: the fence refused the write, "
-                                     "yet it landed")  # fmt: skip
+        if (
+            rec.error_type == "lock_lost"
+            and "not committed" in rec.message
+            and rec.call_id in landed
+        ):
+            fenced.violations.append(
+                f"{rec.tool} {rec.call_id}: the fence refused the write, yet it landed"
+            )
     lost = [h for h in holds if h.held is False]
     lost_writes = [h for h in lost if h.tool in WRITE_TOOLS]
     outcome = Counter(
-        "ok (committed before the loss)" if (r := records.get(h.call_id)) and r.status == "ok"
-        else f"{r.error_type}" if r else "no record"
+        "ok (committed before the loss)"
+        if (r := records.get(h.call_id)) and r.status == "ok"
+        else f"{r.error_type}"
+        if r
+        else "no record"
         for h in lost_writes
-    )  # fmt: skip
+    )
     shown = ", ".join(f"{k} {v}" for k, v in sorted(outcome.items())) or "-"
     fenced.notes.append(f"lost leases {len(lost)}; of writes {len(lost_writes)}: {shown}")
     return [valid, within, fenced] if sessions else [valid, fenced]
 
 
 def _overlaps(
-    holds: list[_Hold], first_seen: dict[str, Sighting], valid: CheckResult,
-    fenced: CheckResult, reported: set[str],
-) -> tuple[int, int]:  # fmt: skip
+    holds: list[_Hold],
+    first_seen: dict[str, Sighting],
+    valid: CheckResult,
+    fenced: CheckResult,
+    reported: set[str],
+) -> tuple[int, int]:
     """Judge the overlaps among the holds of one scope: (overlaps, of which excused)."""
     ordered = sorted((h for h in holds if h.end is not None), key=lambda h: h.start)
     overlaps = excused = 0
@@ -222,8 +245,10 @@ def _overlaps(
             if "exclusive" not in (early.mode, late.mode):
                 continue
             overlaps += 1
-            label = f"{early.tool} {early.call_id} [{early.start:.3f}..{early.end:.3f}] vs " \
-                    f"{late.tool} {late.call_id} from {late.start:.3f}"  # fmt: skip
+            label = (
+                f"{early.tool} {early.call_id} [{early.start:.3f}..{early.end:.3f}] vs "
+                f"{late.tool} {late.call_id} from {late.start:.3f}"
+            )
             # A lease lost at some point (held False) may have ended anywhere in its recorded
             # interval, even before its lock_acquired event was stamped (a holder paused right
             # after its grant); one whose holder was killed (None) ended unseen. Such overlaps
@@ -237,8 +262,9 @@ def _overlaps(
             # A write the observer never saw was overwritten before it looked: nothing to
             # hold against it.
             landing = first_seen.get(early.call_id)
-            late_write = (early.tool in WRITE_TOOLS and landing is not None
-                          and landing.before > late.start)  # fmt: skip
+            late_write = (
+                early.tool in WRITE_TOOLS and landing is not None and landing.before > late.start
+            )
             if late_write and early.call_id not in reported:
                 reported.add(early.call_id)
                 fenced.violations.append(
@@ -260,8 +286,10 @@ def _session_notes(
         f"holds {held} ({shares}), overlaps within a session {overlaps}, of "
         f"which with a lease lost or ended unseen (judged in 1b) {excused}"
     )
-    tagged = sorted(((h, scope) for scope in names for h in scopes[scope] if h.end is not None),
-                    key=lambda pair: pair[0].start)  # fmt: skip
+    tagged = sorted(
+        ((h, scope) for scope in names for h in scopes[scope] if h.end is not None),
+        key=lambda pair: pair[0].start,
+    )
     across = 0
     for i, (early, scope) in enumerate(tagged):
         assert early.end is not None
@@ -272,8 +300,10 @@ def _session_notes(
     within.notes.append(f"exclusive holds of two sessions at once (allowed): {across}")
     open_ended = sum(1 for n in names for h in scopes[n] if h.end is None)
     if open_ended:
-        within.notes.append(f"{open_ended} holds without a release event (events dropped "
-                            "while Redis was down); not checkable")  # fmt: skip
+        within.notes.append(
+            f"{open_ended} holds without a release event (events dropped "
+            "while Redis was down); not checkable"
+        )
 
 
 def _holds(events: list[Event], faults: list[Fault]) -> list[_Hold]:
@@ -308,9 +338,11 @@ def _first_landing(sightings: list[Sighting]) -> dict[str, Sighting]:
 
 
 def check_results(
-    records: dict[str, CallRecord], events: list[Event], edit_logs: Sequence[str],
+    records: dict[str, CallRecord],
+    events: list[Event],
+    edit_logs: Sequence[str],
     bash_ran: list[str],
-) -> CheckResult:  # fmt: skip
+) -> CheckResult:
     """Check 2: one result per call, none lost, none run twice, none run but said not to.
 
     ``edit_logs``: the final text of each folder's edit log; ``bash_ran``: the ids in the
@@ -321,20 +353,24 @@ def check_results(
         if count > 1 and (rec is None or rec.error_type != "worker_lost"):
             out.violations.append(f"bash {call_id} ran {count} times")
         if rec is not None and rec.error_type in _DID_NOT_RUN:
-            out.violations.append(f"bash {call_id} answered {rec.error_type} ('did not run') "
-                                  "but it ran")  # fmt: skip
+            out.violations.append(
+                f"bash {call_id} answered {rec.error_type} ('did not run') but it ran"
+            )
     missing = [r.call_id for r in records.values() if r.status is None]
     out.violations += [f"no result for {c}" for c in missing]
     for rec in records.values():
         if rec.status is not None and rec.stored != (rec.status, rec.error_type):
-            out.violations.append(f"{rec.call_id}: collected {rec.status}/{rec.error_type} "
-                                  f"but Redis holds {rec.stored}")  # fmt: skip
+            out.violations.append(
+                f"{rec.call_id}: collected {rec.status}/{rec.error_type} "
+                f"but Redis holds {rec.stored}"
+            )
     starts = Counter(e.call_id for e in events if e.event == "tool_execution_started")
     for rec in records.values():
         if rec.error_type == "timeout":
             never = "" if starts[rec.call_id] else " (it never started)"
-            out.violations.append(f"{rec.tool} {rec.call_id} answered timeout: stuck until the "
-                                  f"collect timeout{never}")  # fmt: skip
+            out.violations.append(
+                f"{rec.tool} {rec.call_id} answered timeout: stuck until the collect timeout{never}"
+            )
     # A read-only call that lost its lease is run once more by its worker, on purpose.
     reruns = Counter(e.call_id for e in events if e.event == "call_rerun")
     for call_id, count in starts.items():
@@ -347,26 +383,38 @@ def check_results(
             out.violations.append(f"{rec.tool} {call_id} has side effects and was run again")
     if reruns:
         out.notes.append(f"read-only calls run again after a lost lease: {len(reruns)}")
-    said_not_run = [c for c, n in starts.items() if n and c in records
-                    and records[c].error_type in _DID_NOT_RUN]  # fmt: skip
+    said_not_run = [
+        c for c, n in starts.items() if n and c in records and records[c].error_type in _DID_NOT_RUN
+    ]
     if said_not_run:
-        out.notes.append(f"{len(said_not_run)} calls started but were answered 'did not run': "
-                         + ", ".join(f"{records[c].tool} {c} ({records[c].error_type})"
-                                     for c in said_not_run[:5]))  # fmt: skip
+        out.notes.append(
+            f"{len(said_not_run)} calls started but were answered 'did not run': "
+            + ", ".join(
+                f"{records[c].tool} {c} ({records[c].error_type})" for c in said_not_run[:5]
+            )
+        )
     for text in edit_logs:
         for call_id, count in Counter(edit_ids(text) or []).items():
             if count > 1:
                 out.violations.append(f"edit {call_id} landed {count} times")
     crashed = [r for r in records.values() if r.error_type == "unexpected_error"]
     if crashed:
-        out.notes.append(f"{len(crashed)} answered unexpected_error (a tool crashed): "
-                         + "; ".join(f"{r.tool} {r.call_id}"
-                                     f"{' (it ran)' if r.call_id in bash_ran else ''}: "
-                                     f"{r.message[:90]}" for r in crashed[:3]))  # fmt: skip
-    kinds = Counter(f"{r.status}/{r.error_type}" if r.error_type else str(r.status)
-                    for r in records.values())  # fmt: skip
-    out.notes.append(f"calls {len(records)}, lost {len(missing)}, outcomes: "
-                     + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())))  # fmt: skip
+        out.notes.append(
+            f"{len(crashed)} answered unexpected_error (a tool crashed): "
+            + "; ".join(
+                f"{r.tool} {r.call_id}"
+                f"{' (it ran)' if r.call_id in bash_ran else ''}: "
+                f"{r.message[:90]}"
+                for r in crashed[:3]
+            )
+        )
+    kinds = Counter(
+        f"{r.status}/{r.error_type}" if r.error_type else str(r.status) for r in records.values()
+    )
+    out.notes.append(
+        f"calls {len(records)}, lost {len(missing)}, outcomes: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+    )
     return out
 
 
@@ -394,23 +442,31 @@ def check_files(
     if EDIT_LOG in finals:
         landed.update(edit_ids(finals[EDIT_LOG]) or [])
     for rec in records.values():
-        if rec.error_type == "lock_lost" and rec.call_id in landed \
-                and "not committed" not in rec.message:  # fmt: skip
-            out.violations.append(f"{rec.tool} {rec.call_id} committed, then answered lock_lost "
-                                  "('Call it again')")  # fmt: skip
+        if (
+            rec.error_type == "lock_lost"
+            and rec.call_id in landed
+            and "not committed" not in rec.message
+        ):
+            out.violations.append(
+                f"{rec.tool} {rec.call_id} committed, then answered lock_lost ('Call it again')"
+            )
     for rec in records.values():
         # These answers tell the model the call did not run, so it may call it again.
         if rec.error_type in _DID_NOT_RUN and rec.call_id in landed:
-            out.violations.append(f"{rec.tool} {rec.call_id} answered {rec.error_type} "
-                                  "('did not run') but its write landed")  # fmt: skip
+            out.violations.append(
+                f"{rec.tool} {rec.call_id} answered {rec.error_type} "
+                "('did not run') but its write landed"
+            )
     out.notes.append(f"files {len(finals)}, observed states {len(sightings)}")
     return out
 
 
 def check_folders(
-    finals: dict[str, dict[str, str]], sightings: list[Sighting],
-    records: dict[str, CallRecord], bash_ran: dict[str, list[str]],
-) -> CheckResult:  # fmt: skip
+    finals: dict[str, dict[str, str]],
+    sightings: list[Sighting],
+    records: dict[str, CallRecord],
+    bash_ran: dict[str, list[str]],
+) -> CheckResult:
     """Check 3 with sessions: ``check_files`` in each folder (``finals`` by session, "" the
     workspace), and no call's write, edit or command (``bash_ran``: the ids in each folder's
     ``RAN_LOG``) landed in another folder than its own."""
@@ -424,17 +480,23 @@ def check_folders(
     for seen in sightings:
         rec = records.get(seen.writer or "")
         if rec is not None and rec.session != seen.folder:
-            out.violations.append(f"{rec.tool} {rec.call_id} of {_folder(rec.session)} landed "
-                                  f"in {_folder(seen.folder)}'s {seen.path}")  # fmt: skip
-    left = {(folder, name): (edit_ids(text) or []) if name == EDIT_LOG
-            else [payload_writer(text) or ""]
-            for folder, texts in finals.items() for name, text in texts.items()}  # fmt: skip
+            out.violations.append(
+                f"{rec.tool} {rec.call_id} of {_folder(rec.session)} landed "
+                f"in {_folder(seen.folder)}'s {seen.path}"
+            )
+    left = {
+        (folder, name): (edit_ids(text) or []) if name == EDIT_LOG else [payload_writer(text) or ""]
+        for folder, texts in finals.items()
+        for name, text in texts.items()
+    }
     left.update({(folder, RAN_LOG): ids for folder, ids in bash_ran.items()})
     for (folder, name), writers in left.items():
         for rec in (records[c] for c in writers if c in records):
             if rec.session != folder:
-                out.violations.append(f"{rec.tool} {rec.call_id} of {_folder(rec.session)} is "
-                                      f"in {_folder(folder)}'s {name}")  # fmt: skip
+                out.violations.append(
+                    f"{rec.tool} {rec.call_id} of {_folder(rec.session)} is "
+                    f"in {_folder(folder)}'s {name}"
+                )
     return out
 
 
@@ -448,11 +510,14 @@ def check_end(state: EndState) -> CheckResult:
     if state.lock_holders or state.lock_waiters:
         out.violations.append(f"lock: {state.lock_holders} holders, {state.lock_waiters} waiters")
     if state.queued_jobs or state.started_jobs:
-        out.violations.append(f"queue: {state.queued_jobs} queued, {state.started_jobs} started "
-                              f"or deferred: {state.stuck_jobs[:6]}")  # fmt: skip
+        out.violations.append(
+            f"queue: {state.queued_jobs} queued, {state.started_jobs} started "
+            f"or deferred: {state.stuck_jobs[:6]}"
+        )
     if state.session_calls:
-        out.violations.append(f"sessions: {state.session_calls} calls still listed without a "
-                              "result")  # fmt: skip
+        out.violations.append(
+            f"sessions: {state.session_calls} calls still listed without a result"
+        )
     if state.bash_left:
         out.violations.append(f"bash processes left after the load: {state.bash_left}")
     if state.processes_left:
@@ -468,16 +533,20 @@ def recovery_times(
     With ``scope_of`` (call id -> session, "" for none), the next grant is the next one in the
     scope of the holder's call; other scopes do not wait for it."""
     scopes = scope_of or {}
-    grants = sorted((e.ts, e.pid, scopes.get(e.call_id, "")) for e in events
-                    if e.event == "lock_acquired")  # fmt: skip
+    grants = sorted(
+        (e.ts, e.pid, scopes.get(e.call_id, "")) for e in events if e.event == "lock_acquired"
+    )
     started_by = {e.call_id: e.pid for e in events if e.event == "tool_execution_started"}
     lost_at = {e.call_id: e.ts for e in events if e.event == "call_lost"}
     times: dict[str, list[float]] = {}
     for fault in faults:
         if fault.kind in ("kill_holder", "stop_holder", "cut_holder") and fault.pid:
             scope = scopes.get(fault.call_id, "")
-            after = [ts for ts, pid, where in grants
-                     if ts >= fault.start and pid != fault.pid and where == scope]  # fmt: skip
+            after = [
+                ts
+                for ts, pid, where in grants
+                if ts >= fault.start and pid != fault.pid and where == scope
+            ]
             if after:
                 times.setdefault(f"{fault.kind}: next grant", []).append(after[0] - fault.start)
         if fault.kind.startswith("kill") and fault.pid:
@@ -490,9 +559,11 @@ def recovery_times(
 
 
 def report(
-    checks: list[CheckResult], faults: list[Fault], times: dict[str, list[float]],
+    checks: list[CheckResult],
+    faults: list[Fault],
+    times: dict[str, list[float]],
     figures: dict[str, Any],
-) -> str:  # fmt: skip
+) -> str:
     """The printed table."""
     lines = ["", "== fault run =="]
     lines += [f"{key:<28} {value}" for key, value in figures.items()]
@@ -511,6 +582,8 @@ def report(
     lines.append("")
     lines.append(f"{'5 recovery (s)':<{width}} {'n':>4} {'median':>8} {'max':>8}")
     for name, values in sorted(times.items()):
-        lines.append(f"  {name:<{width - 2}} {len(values):>4} {statistics.median(values):>8.3f} "
-                     f"{max(values):>8.3f}")  # fmt: skip
+        lines.append(
+            f"  {name:<{width - 2}} {len(values):>4} {statistics.median(values):>8.3f} "
+            f"{max(values):>8.3f}"
+        )
     return "\n".join(lines)

@@ -33,10 +33,17 @@ class Injector:
     """Injects faults into ``pools`` and ``redis_server`` every ``gap`` s until ``done``."""
 
     def __init__(
-        self, redis_server: RedisServer, pools: Pools, done: threading.Event, rng: random.Random,
-        *, lease_ms: int, gap: float, max_faults: int | None,
+        self,
+        redis_server: RedisServer,
+        pools: Pools,
+        done: threading.Event,
+        rng: random.Random,
+        *,
+        lease_ms: int,
+        gap: float,
+        max_faults: int | None,
         scopes: list[str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.redis, self.pools, self.done, self.rng = redis_server, pools, done, rng
         self.lease_ms, self.gap, self.max_faults = lease_ms, gap, max_faults
         self.scopes = scopes or [DEFAULT_SCOPE]
@@ -45,8 +52,10 @@ class Injector:
         self._next_scope = 0
 
     def loop(self) -> None:
-        locks = [RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.lease_ms)
-                 for scope in self.scopes]  # fmt: skip
+        locks = [
+            RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.lease_ms)
+            for scope in self.scopes
+        ]
         plan = list(FAULT_KINDS)
         self.rng.shuffle(plan)
         try:

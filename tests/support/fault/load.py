@@ -26,17 +26,33 @@ from executor.wire import Keys
 from tests.support.fault.checks import EDIT_LOG, RAN_LOG, CallRecord, payload
 
 SHARED = ["f0.txt", "f1.txt", "f2.txt", "f3.txt"]
-_TOOLS = {"write_file": 3, "edit_file": 2, "bash": 2, "read_file": 2, "list_directory": 1,
-          "glob": 1, "grep": 1, "calculator": 1, "get_weather": 0.5}  # fmt: skip
+_TOOLS = {
+    "write_file": 3,
+    "edit_file": 2,
+    "bash": 2,
+    "read_file": 2,
+    "list_directory": 1,
+    "glob": 1,
+    "grep": 1,
+    "calculator": 1,
+    "get_weather": 0.5,
+}
 
 
 class Load:
     """Shares ``calls`` calls out among orchestrator threads (``orchestrate(index, url)``)."""
 
     def __init__(
-        self, settings: Settings, keys: Keys, done: threading.Event, *, calls: int, seed: int,
-        turn_timeout: float, sessions: list[str] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        settings: Settings,
+        keys: Keys,
+        done: threading.Event,
+        *,
+        calls: int,
+        seed: int,
+        turn_timeout: float,
+        sessions: list[str] | None = None,
+    ) -> None:
         self.settings, self.keys, self.done = settings, keys, done
         self.seed, self.turn_timeout = seed, turn_timeout
         self.sessions = sessions or []
@@ -57,19 +73,24 @@ class Load:
         path = rng.choice(SHARED)
         args: dict[str, Any] = {
             "write_file": lambda: {"path": path, "content": payload(call_id, rng.randint(1, 3000))},
-            "edit_file": lambda: {"path": EDIT_LOG, "old_string": "END\n",
-                                  "new_string": f"e={call_id}\nEND\n"},
-            "bash": lambda: {"command": f"sleep {rng.uniform(0.0, 0.3):.3f}; "
-                                        f"echo {call_id} >> {RAN_LOG}"},
+            "edit_file": lambda: {
+                "path": EDIT_LOG,
+                "old_string": "END\n",
+                "new_string": f"e={call_id}\nEND\n",
+            },
+            "bash": lambda: {
+                "command": f"sleep {rng.uniform(0.0, 0.3):.3f}; echo {call_id} >> {RAN_LOG}"
+            },
             "read_file": lambda: {"path": path},
             "list_directory": lambda: {"path": "."},
             "glob": lambda: {"pattern": "*.txt"},
             "grep": lambda: {"pattern": "sum=", "path": "."},
             "calculator": lambda: {"expression": f"{rng.randint(1, 999)} * {rng.randint(1, 999)}"},
             "get_weather": lambda: {"city": "Berlin"},
-        }[tool]()  # fmt: skip
-        self.records[call_id] = CallRecord(call_id, tool, str(args.get("path", "")),
-                                           session=session or "")  # fmt: skip
+        }[tool]()
+        self.records[call_id] = CallRecord(
+            call_id, tool, str(args.get("path", "")), session=session or ""
+        )
         return {"id": call_id, "name": tool, "arguments": args}
 
     def orchestrate(self, index: int, redis_url: str) -> None:

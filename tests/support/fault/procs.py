@@ -74,9 +74,15 @@ class Pools:
     """
 
     def __init__(
-        self, redis_server: RedisServer, workspace: Path, log: Path, mark: str, *,
-        sessions_root: Path | None = None, host: str = "",
-    ) -> None:  # fmt: skip
+        self,
+        redis_server: RedisServer,
+        workspace: Path,
+        log: Path,
+        mark: str,
+        *,
+        sessions_root: Path | None = None,
+        host: str = "",
+    ) -> None:
         self.redis, self.ws, self.log, self.mark = redis_server, workspace, log, mark
         self.sessions_root, self.host = sessions_root, host
         self.supervisors: list[tuple[subprocess.Popen[bytes], TcpProxy | None]] = []
@@ -88,22 +94,44 @@ class Pools:
         for _ in range(min(2, workers - 1)):
             plan.append((1, TcpProxy("127.0.0.1", tcp_port(self.redis)).start()))
         closed = free_port()  # nothing listens: get_weather fails fast with a named error
-        env = {**os.environ, MARK: self.mark, "TOOLPOOL_LOCK_LEASE_MS": str(lease_ms),
-               "TOOLPOOL_CALL_LIVENESS_S": "2", "TOOLPOOL_CALL_HEARTBEAT_S": "0.5",
-               "TOOLPOOL_EVENTS_MAXLEN": "1000000", "TOOLPOOL_HTTP_TIMEOUT": "1",
-               "TOOLPOOL_WEATHER_URL": f"http://127.0.0.1:{closed}",
-               "TOOLPOOL_GEOCODING_URL": f"http://127.0.0.1:{closed}"}  # fmt: skip
+        env = {
+            **os.environ,
+            MARK: self.mark,
+            "TOOLPOOL_LOCK_LEASE_MS": str(lease_ms),
+            "TOOLPOOL_CALL_LIVENESS_S": "2",
+            "TOOLPOOL_CALL_HEARTBEAT_S": "0.5",
+            "TOOLPOOL_EVENTS_MAXLEN": "1000000",
+            "TOOLPOOL_HTTP_TIMEOUT": "1",
+            "TOOLPOOL_WEATHER_URL": f"http://127.0.0.1:{closed}",
+            "TOOLPOOL_GEOCODING_URL": f"http://127.0.0.1:{closed}",
+        }
         with self.log.open("ab") as log:
             for count, proxy in plan:
                 url = proxy.url if proxy else self.redis.tcp_url
-                command = [sys.executable, "-m", "workers.cli", "worker", "--workers", str(count),
-                           "--redis", url, "--workspace", str(self.ws), "--grace", "5"]  # fmt: skip
+                command = [
+                    sys.executable,
+                    "-m",
+                    "workers.cli",
+                    "worker",
+                    "--workers",
+                    str(count),
+                    "--redis",
+                    url,
+                    "--workspace",
+                    str(self.ws),
+                    "--grace",
+                    "5",
+                ]
                 if self.sessions_root is not None:
                     command += ["--sessions-root", str(self.sessions_root), "--host", self.host]
                 process = subprocess.Popen(
-                    command, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
+                    command,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 self.supervisors.append((process, proxy))
         deadline = time.monotonic() + 60.0
         while len(self.workers()) < workers or self._registered() < workers:
@@ -120,10 +148,16 @@ class Pools:
 
     def workers(self, proxied: bool | None = None) -> list[int]:
         """Live worker pids (children of our supervisors), optionally by kind of pool."""
-        wanted = {p.pid for p, proxy in self.supervisors
-                  if proxied is None or (proxy is not None) == proxied}  # fmt: skip
-        return [pid for pid, ppid, comm in proc_scan(self.mark)
-                if ppid in wanted and comm.startswith("python")]  # fmt: skip
+        wanted = {
+            p.pid
+            for p, proxy in self.supervisors
+            if proxied is None or (proxy is not None) == proxied
+        }
+        return [
+            pid
+            for pid, ppid, comm in proc_scan(self.mark)
+            if ppid in wanted and comm.startswith("python")
+        ]
 
     def workers_of(self, supervisor: int) -> list[int]:
         """Pids of the children of the supervisor with pid ``supervisor``."""

@@ -51,7 +51,7 @@ from executor.wire import (
     named_queue,
     read_events,
     session_scope,
-)  # fmt: skip
+)
 from tests.support.fault.checks import (
     EDIT_LOG,
     EDIT_LOG_START,
@@ -68,7 +68,7 @@ from tests.support.fault.checks import (
     payload,
     recovery_times,
     report,
-)  # fmt: skip
+)
 from tests.support.fault.inject import Injector
 from tests.support.fault.load import SHARED, Load
 from tests.support.fault.observe import Observer, watch
@@ -120,24 +120,42 @@ class Harness:
         self.redis = aof_redis()
         self.keys = Keys()
         self.settings = Settings(
-            workspace=self.ws, lock_lease_ms=config.lease_ms, call_liveness_s=2.0,
-            call_heartbeat_s=0.5, events_maxlen=1_000_000, turn_timeout=120.0,
-        )  # fmt: skip
+            workspace=self.ws,
+            lock_lease_ms=config.lease_ms,
+            call_liveness_s=2.0,
+            call_heartbeat_s=0.5,
+            events_maxlen=1_000_000,
+            turn_timeout=120.0,
+        )
         self._load_done = threading.Event()
         self.pools = Pools(
-            self.redis, self.ws, self.tmp / "pools.log", self.mark,
-            sessions_root=self.sessions_root if config.sessions else None, host=HOST,
-        )  # fmt: skip
+            self.redis,
+            self.ws,
+            self.tmp / "pools.log",
+            self.mark,
+            sessions_root=self.sessions_root if config.sessions else None,
+            host=HOST,
+        )
         self.load = Load(
-            self.settings, self.keys, self._load_done,
-            calls=config.calls, seed=config.seed, turn_timeout=config.turn_timeout,
+            self.settings,
+            self.keys,
+            self._load_done,
+            calls=config.calls,
+            seed=config.seed,
+            turn_timeout=config.turn_timeout,
             sessions=self.session_names,
-        )  # fmt: skip
+        )
         self.scopes = [DEFAULT_SCOPE, *(session_scope(n) for n in self.session_names)]
         self.injector = Injector(
-            self.redis, self.pools, self._load_done, self.rng, lease_ms=config.lease_ms,
-            gap=config.fault_gap, max_faults=config.max_faults, scopes=self.scopes,
-        )  # fmt: skip
+            self.redis,
+            self.pools,
+            self._load_done,
+            self.rng,
+            lease_ms=config.lease_ms,
+            gap=config.fault_gap,
+            max_faults=config.max_faults,
+            scopes=self.scopes,
+        )
         self.sightings: list[Sighting] = []
         self.observers = [Observer(self.ws, SHARED, self.sightings)] + [
             Observer(self.sessions_root / n, SHARED, self.sightings, folder=n)
@@ -153,12 +171,16 @@ class Harness:
             _seed(self.ws)
             self.pools.start(self.cfg.workers, self.cfg.lease_ms)
             self._create_sessions()
-            threads = [threading.Thread(target=self.load.orchestrate,
-                                        args=(i, self.redis.tcp_url), daemon=True)
-                       for i in range(self.cfg.orchestrators)]  # fmt: skip
-            helpers = [threading.Thread(target=watch, args=(self.observers, self._load_done),
-                                        daemon=True),
-                       threading.Thread(target=self.injector.loop, daemon=True)]  # fmt: skip
+            threads = [
+                threading.Thread(
+                    target=self.load.orchestrate, args=(i, self.redis.tcp_url), daemon=True
+                )
+                for i in range(self.cfg.orchestrators)
+            ]
+            helpers = [
+                threading.Thread(target=watch, args=(self.observers, self._load_done), daemon=True),
+                threading.Thread(target=self.injector.loop, daemon=True),
+            ]
             load_start = time.monotonic()
             for thread in [*threads, *helpers]:
                 thread.start()
@@ -198,23 +220,31 @@ class Harness:
         ids = list(records)
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
-            for call_id, raw in zip(chunk, client.mget([self.keys.result(c) for c in chunk]),
-                                    strict=True):  # fmt: skip
+            for call_id, raw in zip(
+                chunk, client.mget([self.keys.result(c) for c in chunk]), strict=True
+            ):
                 if raw is not None:
                     stored = ToolResult.model_validate_json(raw)
-                    records[call_id].stored = (stored.status.value, stored.error_type.value
-                                               if stored.error_type else None)  # fmt: skip
+                    records[call_id].stored = (
+                        stored.status.value,
+                        stored.error_type.value if stored.error_type else None,
+                    )
         client.close()
         state.processes_left = self.pools.stop()
         folders = {"": self.ws, **{n: self.sessions_root / n for n in self.session_names}}
-        finals = {name: {n: (folder / n).read_text() for n in [*SHARED, EDIT_LOG]}
-                  for name, folder in folders.items()}  # fmt: skip
+        finals = {
+            name: {n: (folder / n).read_text() for n in [*SHARED, EDIT_LOG]}
+            for name, folder in folders.items()
+        }
         ran = {name: _ran(folder) for name, folder in folders.items()}
         bash_ran = [call_id for ids in ran.values() for call_id in ids]
         edit_logs = [texts[EDIT_LOG] for texts in finals.values()]
         sessions = bool(self.session_names)
-        files = (check_folders(finals, self.sightings, records, ran) if sessions
-                 else check_files(finals[""], self.sightings, records))  # fmt: skip
+        files = (
+            check_folders(finals, self.sightings, records, ran)
+            if sessions
+            else check_files(finals[""], self.sightings, records)
+        )
         checks = [
             *check_holds(events, records, self.faults, self.sightings, sessions=sessions),
             check_results(records, events, edit_logs, bash_ran),
@@ -222,14 +252,17 @@ class Harness:
             check_end(state),
         ]
         figures = {
-            "calls": len(records), "turns": self.load.counts["turns"],
+            "calls": len(records),
+            "turns": self.load.counts["turns"],
             "workers / orchestrators": f"{self.cfg.workers} / {self.cfg.orchestrators}",
-            "lease": f"{self.cfg.lease_ms} ms", "load time": f"{load_s:.1f} s",
-            "calls/s": f"{len(records) / max(load_s, 1e-9):.1f}", "events": len(events),
+            "lease": f"{self.cfg.lease_ms} ms",
+            "load time": f"{load_s:.1f} s",
+            "calls/s": f"{len(records) / max(load_s, 1e-9):.1f}",
+            "events": len(events),
             "submit errors (Redis down)": self.load.counts["submit_errors"],
             "collect retries (Redis down)": self.load.counts["collect_errors"],
             "total time": f"{time.monotonic() - started:.1f} s",
-        }  # fmt: skip
+        }
         scope_of = {c: r.session for c, r in records.items()} if sessions else None
         if sessions:
             figures["sessions"] = self._session_figures(records)
@@ -245,8 +278,10 @@ class Harness:
         shares = ", ".join(f"{n} {calls[n]}" for n in self.session_names)
         holders = [f for f in self.faults if f.kind in ("kill_holder", "stop_holder", "cut_holder")]
         in_sessions = sum(1 for f in holders if (r := records.get(f.call_id)) and r.session)
-        return (f"{len(self.session_names)} on host {HOST} (calls: {shares}, none {calls['']}; "
-                f"holder faults in a session {in_sessions} of {len(holders)})")  # fmt: skip
+        return (
+            f"{len(self.session_names)} on host {HOST} (calls: {shares}, none {calls['']}; "
+            f"holder faults in a session {in_sessions} of {len(holders)})"
+        )
 
     def _dump(self, events: list[Any], records: dict[str, CallRecord]) -> None:
         data = {
@@ -258,8 +293,10 @@ class Harness:
         (self.tmp / "run.json").write_text(json.dumps(data, default=str))
 
     def _settle(self, client: redis.Redis) -> EndState:
-        locks = [RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.cfg.lease_ms)
-                 for scope in self.scopes]  # fmt: skip
+        locks = [
+            RWLock.from_url(self.redis.tcp_url, scope, lease_ms=self.cfg.lease_ms)
+            for scope in self.scopes
+        ]
         queues = [call_queue(client, self.keys, "default")]
         if self.session_names:
             queues.append(named_queue(client, self.keys.host_queue_name("default", HOST)))
@@ -271,17 +308,25 @@ class Harness:
                 lock_holders=sum(len(s.holders) for s in statuses),
                 lock_waiters=sum(len(s.queue) for s in statuses),
                 queued_jobs=sum(q.count for q in queues),
-                started_jobs=sum(q.started_job_registry.count + q.deferred_job_registry.count
-                                 for q in queues),
+                started_jobs=sum(
+                    q.started_job_registry.count + q.deferred_job_registry.count for q in queues
+                ),
                 bash_left=[p for p, _, comm in proc_scan(self.mark) if comm in ("bash", "sleep")],
                 session_calls=sum(len(store.pending_calls(n)) for n in self.session_names),
-            )  # fmt: skip
-            state.stuck_jobs = [job for q in queues for job in
-                                [*q.started_job_registry.get_job_ids(),
-                                 *q.deferred_job_registry.get_job_ids()]]  # fmt: skip
+            )
+            state.stuck_jobs = [
+                job
+                for q in queues
+                for job in [
+                    *q.started_job_registry.get_job_ids(),
+                    *q.deferred_job_registry.get_job_ids(),
+                ]
+            ]
             busy = state.lock_holders or state.lock_waiters or state.queued_jobs
-            if not (busy or state.started_jobs or state.bash_left or state.session_calls) \
-                    or time.monotonic() > deadline:  # fmt: skip
+            if (
+                not (busy or state.started_jobs or state.bash_left or state.session_calls)
+                or time.monotonic() > deadline
+            ):
                 for lock in locks:
                     lock.close()
                 return state
@@ -313,12 +358,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault-gap", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--turn-timeout", type=float, default=120.0)
-    parser.add_argument("--sessions", type=int, default=0,
-                        help="sessions to spread the turns over (0: none)")  # fmt: skip
+    parser.add_argument(
+        "--sessions", type=int, default=0, help="sessions to spread the turns over (0: none)"
+    )
     args = parser.parse_args(argv)
-    config = Config(args.calls, args.workers, args.orchestrators, args.seconds, args.lease_ms,
-                    args.max_faults, args.fault_gap, args.seed, args.turn_timeout,
-                    args.sessions)  # fmt: skip
+    config = Config(
+        args.calls,
+        args.workers,
+        args.orchestrators,
+        args.seconds,
+        args.lease_ms,
+        args.max_faults,
+        args.fault_gap,
+        args.seed,
+        args.turn_timeout,
+        args.sessions,
+    )
     outcome = Harness(config).run()
     print(outcome.text, flush=True)
     return 1 if outcome.unexpected else 0

@@ -20,11 +20,12 @@ import redis
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from rq.registry import DeferredJobRegistry, FailedJobRegistry, StartedJobRegistry
 
+from executor._rq.jobs import call_queue
+from executor._rq.state import queue_counts
 from executor._settings import Settings
 from executor.lock import RWLock
-from executor.wire import Event, Keys, call_queue, follow_events, read_catalog
+from executor.wire import Event, Keys, follow_events, read_catalog
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +65,12 @@ class PoolCollector(Collector):
         jobs = GaugeMetricFamily(
             "toolpool_queue_jobs", "Jobs of the queue, by state.", labels=["queue", "state"]
         )
+        counts = queue_counts(queue)
         for state, count in (
-            ("queued", queue.count),
-            ("deferred", DeferredJobRegistry(queue=queue).count),
-            ("started", StartedJobRegistry(queue=queue).count),
-            ("failed", FailedJobRegistry(queue=queue).count),
+            ("queued", counts.queued),
+            ("deferred", counts.deferred),
+            ("started", counts.started),
+            ("failed", counts.failed),
         ):
             jobs.add_metric([*labels, state], count)
         yield jobs

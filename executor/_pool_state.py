@@ -11,10 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from rq import Worker
-from rq.worker import BaseWorker
 
 from executor._errors import SessionError
+from executor._rq.jobs import call_queue, named_queue
+from executor._rq.state import WorkerRecord, queue_counts, worker_records
 from executor._settings import Settings
 from executor.lock import RWLock
 from executor.wire import (
@@ -22,9 +22,7 @@ from executor.wire import (
     Event,
     Keys,
     SessionStore,
-    call_queue,
     check_session_name,
-    named_queue,
     read_entries,
     read_events,
     session_scope,
@@ -67,16 +65,17 @@ def snapshot(
         }
     if events is None:
         events = [item for _, item in newest_events(client, keys)]
+    counts = queue_counts(queue)
     return {
         **({"session": about} if about is not None else {}),
         "queue": {
             "name": queue.name,
-            "queued": queue.count,
-            "waiting_on_earlier_calls": queue.deferred_job_registry.count,
-            "running": queue.started_job_registry.count,
-            "failed_jobs": queue.failed_job_registry.count,
+            "queued": counts.queued,
+            "waiting_on_earlier_calls": counts.deferred,
+            "running": counts.started,
+            "failed_jobs": counts.failed,
         },
-        "workers": _workers(client, keys, Worker.all(queue=queue), _served(client, keys)),
+        "workers": _workers(client, keys, worker_records(queue), _served(client, keys)),
         "lock": RWLock(client, scope, keys=keys).status().model_dump(mode="json"),
         "recent_failures": [item.model_dump(mode="json") for item in events if _failed(item)][
             -recent:
@@ -141,7 +140,7 @@ def _served(client: redis.Redis, keys: Keys) -> dict[str, list[str]]:
 
 
 def _workers(
-    client: redis.Redis, keys: Keys, workers: list[BaseWorker], served: dict[str, list[str]]
+    client: redis.Redis, keys: Keys, workers: list[WorkerRecord], served: dict[str, list[str]]
 ) -> list[dict[str, Any]]:
     found = []
     for worker in workers:
@@ -153,8 +152,8 @@ def _workers(
                 "name": worker.name,
                 "host": worker.hostname,
                 "pid": worker.pid,
-                "queues": worker.queue_names(),
-                "state": str(worker.get_state()),
+                "queues": worker.queues,
+                "state": worker.state,
                 "call_id": current.call.id if current else None,
                 "tool": current.call.name if current else None,
                 "last_heartbeat": beat.timestamp() if beat is not None else None,

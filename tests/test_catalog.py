@@ -180,7 +180,7 @@ _STOPPED_WHILE_STARTING = textwrap.dedent("""
     import os, signal, sys
     from executor import Settings
     from workers import builtin_registry
-    from workers.pool import _rq_worker
+    from executor._rq import worker as _rq_worker
     from workers.pool._process import run_worker
 
     register_birth = _rq_worker.ToolpoolWorker.register_birth

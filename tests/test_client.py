@@ -19,8 +19,9 @@ import redis
 from rq.job import JobStatus
 
 from executor import ErrorType, Settings, Tool, ToolCall, ToolResult, ToolStatus
+from executor._rq.jobs import job_status
 from executor.client import Executor, TurnError, anthropic_tool_results, openai_tool_messages
-from executor.wire import Batch, job_status, partition
+from executor.wire import Batch, partition
 from tests.support import dist_tools
 from tests.support.procs import Workers, events, named, wait_for_event
 from tests.support.waiting import wait_for

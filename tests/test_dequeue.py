@@ -21,10 +21,10 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from executor import Sessions, Settings, ToolStatus
+from executor._rq.dequeue import ReliableQueue
 from executor.client import Executor
 from tests.support.procs import running_pool
 from tests.support.waiting import wait_for
-from workers.pool._dequeue import ReliableQueue
 
 
 def _queue(client: redis.Redis, name: str) -> Queue:

@@ -33,10 +33,11 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from executor import ErrorType, Settings, ToolRegistry, ToolResult, ToolStatus
+from executor._rq.jobs import ENTRY_POINT, call_queue
 from executor.cli import main
 from executor.client import Executor
 from executor.contract import ToolContext, Workspace
-from executor.wire import ENTRY_POINT, Keys, call_queue
+from executor.wire import Keys
 from tests.support import dist_tools
 from tests.support.expect import ok
 from tests.support.pids import processes_with, sleep_marker

@@ -12,7 +12,7 @@ from redis.retry import Retry
 
 from executor import Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
 from executor.contract import Workspace
-from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
+from executor.wire import CallJob, EventLog, Keys, NextBatch, ResultStore, read_events
 from workers.pipeline import _store
 from workers.pipeline._chain import CallState
 from workers.pipeline._store import Store
@@ -111,15 +111,21 @@ class _Flaky(ResultStore):
         super().__init__(client, KEYS)
         self.tries = 0
 
-    def publish_into(self, pipe: redis.client.Pipeline, turn_id: str, result: ToolResult) -> None:
+    def publish_into(
+        self,
+        pipe: redis.client.Pipeline,
+        turn_id: str,
+        result: ToolResult,
+        then: NextBatch | None = None,
+    ) -> None:
         self.tries += 1
         raise redis.ConnectionError("Connection refused")
 
-    def publish(self, turn_id: str, result: ToolResult) -> bool:
+    def publish(self, turn_id: str, result: ToolResult, then: NextBatch | None = None) -> bool:
         self.tries += 1
         if self.tries == 2:
             raise redis.ConnectionError("Connection refused")
-        return super().publish(turn_id, result)
+        return super().publish(turn_id, result, then)
 
 
 def test_redis_away_for_a_moment_is_ridden_out(

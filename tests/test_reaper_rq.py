@@ -3,11 +3,12 @@
 RQ 3 runs a job in steps, each a Redis write: the dequeue moves the job from its queue to the
 queue's intermediate list (LMOVE), ``prepare_execution`` records an execution of the worker
 in the ``StartedJobRegistry``, ``prepare_job_execution`` marks the job started and takes it
-off the intermediate list, and the job's end removes the execution and enqueues its
-dependents. A worker that dies between two steps leaves RQ's records behind:
+off the intermediate list, and the job's end removes the execution. A worker that dies
+between two steps leaves RQ's records behind:
 
 - F2: after the call's result is stored, before RQ records the job's end: the job stays
-  started and the turn's next batch deferred, until RQ's registry cleanup minutes later.
+  started until RQ's registry cleanup minutes later (the turn's next batch was released by
+  the result itself, in the script that stored it).
 - F5: after the dequeue, before the start: the job sits in the intermediate list, which RQ
   only looks at every 10 minutes (and then fails the job). The call times out.
 
@@ -38,6 +39,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
+from executor._rq.worker import ToolpoolWorker
 from executor.client import Executor, Turn
 from executor.contract import load_registry
 from executor.wire import ResultStore
@@ -45,7 +47,6 @@ from tests.support.procs import DIST_TOOLS, Workers, events, named, running_pool
 from tests.support.waiting import wait_for
 from workers.pool._pool import WorkerPool
 from workers.pool._reaper import DeadChild, Reaper
-from workers.pool._rq_worker import ToolpoolWorker
 
 # A process-heavy proof (worker pools and the reaper): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
@@ -159,6 +160,7 @@ def publish_ok(executor: Executor, turn: Turn, index: int, content: str) -> None
             content=content,
             original_chars=len(content),
         ),
+        turn.plan.then(index),
     )
     assert stored
 

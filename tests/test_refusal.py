@@ -26,8 +26,9 @@ from rq.serializers import JSONSerializer
 from rq.webhook import Webhook
 
 from executor import Settings, ToolCall, ToolStatus
+from executor._rq.jobs import ENTRY_POINT
 from executor.client import Executor
-from executor.wire import ENTRY_POINT, CallJob, Keys, ResultStore
+from executor.wire import CallJob, Keys, ResultStore
 from tests.support import dist_tools
 from tests.support.procs import events, named
 from workers.pool._process import run_worker

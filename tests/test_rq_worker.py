@@ -1,5 +1,5 @@
 """toolpool's RQ worker class: RQ's worker heartbeat coalesced, its state written only when it
-changes, dependents released only where a turn has more batches."""
+changes, a job's end in one round trip."""
 
 from __future__ import annotations
 
@@ -13,20 +13,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 from rq import Queue
-from rq.job import Dependency, Job, JobStatus
+from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
 from executor import Settings
+from executor._rq.jobs import ENTRY_POINT
+from executor._rq.worker import ToolpoolWorker
 from executor.client import Executor
-from executor.wire import ENTRY_POINT
 from tests.support import dist_tools
-from workers.pool import _rq_worker
 from workers.pool._process import run_worker
-from workers.pool._rq_worker import ToolpoolWorker
 
 
 def _born(client: redis.Redis, queue_name: str, name: str) -> tuple[Queue, ToolpoolWorker]:
@@ -77,24 +75,6 @@ def test_the_worker_heartbeat_is_sent_at_most_once_a_second_in_one_round_trip(
     assert first is not None
     assert len(sent) == 2
     assert client.ttl(worker.key) > 0
-
-
-def test_only_a_call_of_a_turns_last_batch_skips_the_release_of_dependents(
-    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    queue = Queue("ready", connection=client, serializer=JSONSerializer)
-    worker = ToolpoolWorker([queue], connection=client, serializer=JSONSerializer, name="w-r")
-    released: list[str] = []
-    monkeypatch.setattr(_rq_worker, "enqueue_ready", lambda q: released.append(q.name))
-    monkeypatch.setattr(ToolpoolWorker, "_execute_or_refuse", lambda self, job, q: None)
-    for job_id, payload in [
-        ("last", {"call": {}, "last_batch": True}),
-        ("middle", {"call": {}, "last_batch": False}),
-        ("old-client", {"call": {}}),  # sent before the field existed: released, to be safe
-    ]:
-        job = queue.enqueue_call(func=ENTRY_POINT, args=(payload,), job_id=job_id)
-        worker.execute_job(job, queue)
-    assert released == ["ready", "ready"]
 
 
 def test_idle_goes_with_the_jobs_last_pipeline_and_a_stop_meanwhile_is_warm(
@@ -167,13 +147,11 @@ def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Pat
         assert re.search(rf"{re.escape(executor.queue.name)}\s.*\b0\b", rq_info())
 
 
-def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
+def test_a_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
     client: redis.Redis,
 ) -> None:
     queue, worker = _born(client, "ends", "w-end")
-    job = queue.enqueue_call(
-        func=ENTRY_POINT, args=({"call": {}, "last_batch": True},), job_id="last", result_ttl=60
-    )
+    job = queue.enqueue_call(func=ENTRY_POINT, args=({"call": {}},), job_id="last", result_ttl=60)
     execution = _started(worker, job)
     with _pipelines_sent(client) as sent:
         worker.handle_job_success(job, queue, queue.started_job_registry, execution)
@@ -184,20 +162,3 @@ def test_a_last_batch_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
     assert 0 < client.ttl(job.key) <= 60
     assert client.hget(worker.key, "successful_job_count") == b"1"
     assert client.hget(worker.key, "state") == b"idle"
-
-
-def test_a_job_marked_last_that_has_a_dependent_still_releases_it(client: redis.Redis) -> None:
-    queue, worker = _born(client, "ends-dep", "w-dep")
-    parent = queue.enqueue_call(
-        func=ENTRY_POINT, args=({"call": {}, "last_batch": True},), job_id="parent", result_ttl=60
-    )
-    after = Dependency(jobs=["parent"], allow_failure=True)
-    child = queue.enqueue_call(
-        func=ENTRY_POINT, args=({"call": {}},), job_id="child", depends_on=after
-    )
-    assert child.get_status(refresh=True) == JobStatus.DEFERRED
-    assert queue.pop_job_id() == "parent"  # as a worker's dequeue takes it
-    execution = _started(worker, parent)
-    worker.handle_job_success(parent, queue, queue.started_job_registry, execution)
-    assert child.get_status(refresh=True) == JobStatus.QUEUED
-    assert queue.get_job_ids() == ["child"]

@@ -30,12 +30,11 @@ from executor import (
     ToolResult,
     ToolStatus,
 )
+from executor._rq.jobs import enqueue_turn, named_queue
 from executor.wire import (
     CallJob,
     Keys,
     ResultStore,
-    enqueue_call,
-    named_queue,
     new_turn_id,
 )
 from tests.support.procs import MakeWorkers, events, holds, named, wait_for_event
@@ -571,7 +570,14 @@ def test_a_worker_refuses_a_call_of_a_session_on_another_host(
         session="pinned",
     )
     queue = named_queue(client, keys.host_queue_name(h1.queue, "h1"))
-    enqueue_call(queue, job, after=[], result_ttl=600, failure_ttl=600)
+    enqueue_turn(
+        queue,
+        [[job]],
+        barrier_key=keys.turn_barrier(job.turn_id),
+        barrier_ttl=600,
+        result_ttl=600,
+        failure_ttl=600,
+    )
     results = ResultStore(client, keys)
     wait_for(lambda: results.get("stray") is not None, "the h1 worker's answer")
 

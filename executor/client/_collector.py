@@ -2,10 +2,11 @@
 
 ``collect`` blocks on the turn's wake-up list and reads the stored results (the truth). Once a
 second it looks for calls that can no longer produce a result: a started call whose worker
-stopped renewing its liveness key, a job RQ ended without a result, a call never enqueued, a
-call deferred on parents that all have results; each gets its answer, written first-wins like
-a worker's. At the deadline every call still without a result gets ``timeout``. While Redis is
-unreachable it keeps trying until the deadline, then raises ``RedisUnavailable``.
+stopped renewing its liveness key, a job RQ ended without a result, a call never enqueued;
+each gets its answer, written first-wins like a worker's (and counted by its batch's barrier
+like a worker's, so the turn goes on). At the deadline every call still without a result
+gets ``timeout``. While Redis is unreachable it keeps trying until the deadline, then raises
+``RedisUnavailable``.
 
 The waiting itself is written once, as steps (``_steps``: a generator that yields what it
 needs done: read results, wait for a wake-up, check liveness, time out, pause) and two drivers
@@ -24,9 +25,8 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from rq import Queue
-from rq.job import JobStatus
 
+from executor._rq.jobs import JobStatus, end_job, job_status
 from executor._settings import Settings
 from executor.client._outage import UNREACHABLE, Outage, unreachable
 from executor.wire import (
@@ -36,10 +36,6 @@ from executor.wire import (
     ResultStore,
     ToolResult,
     TurnPlan,
-    end_lost_job,
-    enqueue_ready,
-    job_status,
-    named_queue,
 )
 
 # How often a waiting client looks for calls whose worker died.
@@ -53,7 +49,6 @@ class _Watch:
     """What the collector has seen of one pending call."""
 
     missing_since: float | None = None
-    deferred_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,7 +141,6 @@ class Collector:
     _client: redis.Redis
     _blocking: redis.Redis  # for BLPOP: its socket timeout allows LIVENESS_CHECK_S more
     _results: ResultStore
-    _queue: Queue
     _keys: Keys
     _settings: Settings
     _events: EventLog
@@ -258,7 +252,7 @@ class Collector:
                 # Ride out a restart or a short cut: the workers carry on and store their
                 # results when Redis is back. Liveness is judged afresh after it.
                 for watch in watches.values():
-                    watch.missing_since = watch.deferred_since = None
+                    watch.missing_since = None
                 if time.monotonic() >= deadline:
                     raise unreachable(
                         self._url,
@@ -274,8 +268,6 @@ class Collector:
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]
     ) -> None:
         self._find_lost(plan, results, watches)
-        # A dependent RQ left ready would wait 10 minutes.
-        enqueue_ready(named_queue(self._client, plan.queue) if plan.queue else self._queue)
 
     def _wake(self, done_key: str, wait: float) -> list[bytes]:
         """Wait up to ``wait`` s for the turn's wake-up list, then take all it holds (one
@@ -292,9 +284,8 @@ class Collector:
         """Answer calls whose job can no longer produce a result, and unblock their turn.
 
         A started call whose worker stopped renewing it gets ``worker_lost``; a job RQ ended
-        without a result (failed, stopped) gets it at once; and a call still waiting on
-        earlier calls that all have results has its parents' jobs ended (their worker died
-        after storing the result, before RQ recorded the job's end).
+        without a result (failed, stopped) gets it at once. Each answer counts towards its
+        batch's barrier like a worker's, so the turn's next batch starts.
         """
         for index, rq_id in plan.job_ids.items():
             call_id = plan.call_ids[index]
@@ -303,12 +294,8 @@ class Collector:
             status = job_status(self._client, rq_id)
             watch = watches[call_id]
             if status is JobStatus.DEFERRED:
-                # Parents normally end milliseconds after storing their result; only a
-                # deferral that outlasts a liveness period means a parent's worker died.
-                now = time.monotonic()
-                watch.deferred_since = watch.deferred_since or now
-                if now - watch.deferred_since >= self._settings.call_liveness_s:
-                    self._end_answered_parents(plan, index, results)
+                # Waiting for the batch before it, whose calls are watched here: the last of
+                # their results releases it.
                 continue
             ended_without_result = status in (JobStatus.FAILED, JobStatus.STOPPED)
             if not ended_without_result:
@@ -332,7 +319,7 @@ class Collector:
                     f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
                     "be reached while its turn was submitted). Call it again.",
                 )
-                self._results.publish(plan.turn_id, answer)
+                self._results.publish(plan.turn_id, answer, plan.then(index))
                 stored = self._results.get(call_id)
                 if stored is not None:
                     results[call_id] = stored
@@ -345,27 +332,14 @@ class Collector:
                 "its connection) before it stored a result. The call may have run in part; "
                 "check its effects before calling it again.",
             )
-            if self._results.publish(plan.turn_id, lost):
+            if self._results.publish(plan.turn_id, lost, plan.then(index)):
                 self._events.emit(
                     "call_lost", call_id=call_id, turn_id=plan.turn_id, tool=plan.tools[index]
                 )
-            end_lost_job(self._client, rq_id)
+            end_job(self._client, rq_id)
             stored = self._results.get(call_id)
             if stored is not None:
                 results[call_id] = stored
-
-    def _end_answered_parents(
-        self, plan: TurnPlan, index: int, results: dict[str, ToolResult]
-    ) -> None:
-        position = next(i for i, batch in enumerate(plan.batches) if index in batch)
-        if position == 0:
-            return
-        parents = plan.batches[position - 1]
-        parent_ids = [plan.call_ids[i] for i in parents]
-        known = {**results, **self._results.get_many([c for c in parent_ids if c not in results])}
-        if all(call_id in known for call_id in parent_ids):
-            for parent in parents:
-                end_lost_job(self._client, plan.job_ids[parent])
 
     def _time_out(self, plan: TurnPlan, results: dict[str, ToolResult], limit: float) -> None:
         for index in plan.job_ids:
@@ -381,5 +355,6 @@ class Collector:
                     f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
                     "may still run or have run; check its effects before calling again.",
                 ),
+                plan.then(index),
             )
         results.update(self._results.get_many([c for c in plan.enqueued() if c not in results]))

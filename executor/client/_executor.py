@@ -22,8 +22,6 @@ from typing import IO, Any
 
 from redis import Redis
 from redis.client import Pipeline
-from rq import Queue
-from rq.job import JobStatus
 
 from executor._errors import (
     InvalidArgumentsError,
@@ -31,6 +29,14 @@ from executor._errors import (
     SessionError,
     ToolpoolError,
     UnknownToolError,
+)
+from executor._rq.jobs import (
+    JobStatus,
+    Queue,
+    call_queue,
+    enqueue_turn,
+    job_status,
+    named_queue,
 )
 from executor._settings import Settings
 from executor.client._collector import LIVENESS_CHECK_S, Collector
@@ -47,11 +53,7 @@ from executor.wire import (
     ToolCall,
     ToolResult,
     TurnPlan,
-    call_queue,
     check_session_name,
-    enqueue_call,
-    job_status,
-    named_queue,
     new_turn_id,
     parse_call,
     partition,
@@ -87,8 +89,6 @@ class _Progress:
     """How far a submit got, for the error that says what runs when Redis went away."""
 
     plan_stored: bool = False
-    enqueued: int = 0
-    total: int = 0
 
 
 @dataclass
@@ -158,7 +158,6 @@ class Executor:
             self.client,
             connect(url, blocking_s=LIVENESS_CHECK_S),
             self.results,
-            self.queue,
             self.keys,
             self.settings,
             self.events,
@@ -251,9 +250,9 @@ class Executor:
             raise unreachable(
                 self.redis_url,
                 exc,
-                f"while enqueueing turn {turn_id}: the {progress.enqueued} of "
-                f"its {progress.total} calls enqueued by then run; collect({turn_id!r}) "
-                "answers the others as never enqueued ('did not run')",
+                f"while enqueueing turn {turn_id}: the turn is enqueued whole or not at all; "
+                f"collect({turn_id!r}) answers its calls, as never enqueued ('did not run') "
+                "if the enqueue did not reach Redis",
                 turn_id,
             ) from None
 
@@ -281,54 +280,36 @@ class Executor:
         if kept != runnable:
             plan = _plan(turn_id, parsed, kept, answered, tools, session, queue)
             self._store_plan(self.client, plan)
-        progress.total = len(plan.job_ids)
-        self._enqueue(plan, parsed, progress)
+        self._enqueue(plan, parsed)
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:
         target.set(self.keys.turn(plan.turn_id), plan.stored_json(), ex=self.settings.result_ttl)
 
-    def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall], progress: _Progress) -> None:
-        """Enqueue the plan's batches, each after every job of the batch before it.
-
-        The first batch waits for nothing: its jobs go in one round trip. RQ enqueues a job
-        with parents in a transaction of its own, which reads the parents first.
-        """
-        queue = self._queue_named(plan.queue or self.queue.name)
-        previous: list[str] = []
-        last = plan.batches[-1] if plan.batches else []
-        for number, batch_indexes in enumerate(plan.batches):
-            jobs = [
+    def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall]) -> None:
+        """Store the plan's batches in one transaction: the first on the queue, the later
+        ones waiting for the barrier that the batch before releases (``enqueue_turn``)."""
+        batches = [
+            [
                 CallJob(
                     call=parsed[index],
                     turn_id=plan.turn_id,
                     index=index,
                     session=plan.session,
-                    last_batch=batch_indexes is last,
+                    then=plan.then(index),
                 )
                 for index in batch_indexes
             ]
-            ttl, failure_ttl = self.settings.rq_record_ttl, self.settings.result_ttl
-            if number == 0:
-                with self.client.pipeline() as pipe:
-                    for job in jobs:
-                        enqueue_call(
-                            queue,
-                            job,
-                            after=[],
-                            pipeline=pipe,
-                            result_ttl=ttl,
-                            failure_ttl=failure_ttl,
-                        )
-                    pipe.execute()
-                progress.enqueued += len(jobs)
-            else:
-                for job in jobs:
-                    enqueue_call(
-                        queue, job, after=previous, result_ttl=ttl, failure_ttl=failure_ttl
-                    )
-                    progress.enqueued += 1
-            previous = [plan.job_ids[index] for index in batch_indexes]
+            for batch_indexes in plan.batches
+        ]
+        enqueue_turn(
+            self._queue_named(plan.queue or self.queue.name),
+            batches,
+            barrier_key=self.keys.turn_barrier(plan.turn_id),
+            barrier_ttl=self.settings.result_ttl,
+            result_ttl=self.settings.rq_record_ttl,
+            failure_ttl=self.settings.result_ttl,
+        )
 
     def _queue_named(self, name: str) -> Queue:
         """The RQ queue ``name``, kept: a new one would ask Redis its version again."""
@@ -420,6 +401,7 @@ class Executor:
                     ErrorType.CANCELLED,
                     f"{plan.tools[index]!r} did not run: its turn was cancelled.",
                 ),
+                plan.then(index),
             )
 
     def tools(self, *, session: str | None = None) -> list[ToolInfo]:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from executor._errors import SessionError
+from executor._rq.jobs import enqueue_session_op, named_queue
 from executor._settings import Settings
 from executor.client._outage import connect, reaching, required_url
 from executor.lock import LockStatus, RWLock
@@ -31,8 +32,6 @@ from executor.wire import (
     SessionInfo,
     SessionStore,
     check_session_name,
-    enqueue_session_op,
-    named_queue,
     read_entries,
     session_scope,
 )

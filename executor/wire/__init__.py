@@ -1,7 +1,7 @@
-"""What crosses Redis: the call and result models, key names, jobs, turn plans, results, events.
+"""What crosses Redis: the call and result models, key names, turn plans, results, events.
 
-Only JSON crosses Redis. Every key name is built in ``_keys``; every job names the one entry
-point ``ENTRY_POINT``.
+Only JSON crosses Redis. Every key name is built in ``_keys``; RQ's jobs and queues are
+``executor._rq``'s.
 """
 
 from executor.wire._catalog import (
@@ -22,20 +22,6 @@ from executor.wire._events import (
     follow_events,
     read_events,
 )
-from executor.wire._jobs import (
-    ENTRY_POINT,
-    call_queue,
-    dequeued_not_started,
-    end_lost_job,
-    enqueue_call,
-    enqueue_ready,
-    enqueue_session_op,
-    job_status,
-    named_queue,
-    release_dependents,
-    requeue_dequeued,
-    started_by,
-)
 from executor.wire._keys import DEFAULT_SCOPE, Keys, LockKeys
 from executor.wire._models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
 from executor.wire._refusals import invalid_arguments_text, unknown_tool_text
@@ -51,13 +37,20 @@ from executor.wire._sessions import (
     host_name,
     session_scope,
 )
-from executor.wire._turns import Batch, CallJob, TurnPlan, job_id, new_turn_id, partition
+from executor.wire._turns import (
+    Batch,
+    CallJob,
+    NextBatch,
+    TurnPlan,
+    job_id,
+    new_turn_id,
+    partition,
+)
 
 __all__ = [
     "CREATING",
     "DEFAULT_SCOPE",
     "DELETING",
-    "ENTRY_POINT",
     "READY",
     "Batch",
     "CallJob",
@@ -68,6 +61,7 @@ __all__ = [
     "EventLog",
     "Keys",
     "LockKeys",
+    "NextBatch",
     "NoWorkerError",
     "NotServedOnQueue",
     "ResultStore",
@@ -79,20 +73,12 @@ __all__ = [
     "TurnPlan",
     "WorkerCatalog",
     "append_jsonl",
-    "call_queue",
     "check_session_name",
-    "dequeued_not_started",
-    "end_lost_job",
-    "enqueue_call",
-    "enqueue_ready",
-    "enqueue_session_op",
     "follow_event_batches",
     "follow_events",
     "host_name",
     "invalid_arguments_text",
     "job_id",
-    "job_status",
-    "named_queue",
     "new_turn_id",
     "parse_call",
     "partition",
@@ -100,10 +86,7 @@ __all__ = [
     "read_catalog",
     "read_entries",
     "read_events",
-    "release_dependents",
-    "requeue_dequeued",
     "session_scope",
-    "started_by",
     "unknown_tool_text",
     "withdraw_catalog",
 ]

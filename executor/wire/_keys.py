@@ -208,6 +208,10 @@ class Keys:
         """Wake-up list: call ids pushed as their results are stored."""
         return f"{self.prefix}:turn:{turn_id}:done"
 
+    def turn_barrier(self, turn_id: str) -> str:
+        """Hash: for each batch that has a successor, how many of its calls have no result yet."""
+        return f"{self.prefix}:turn:{turn_id}:barrier"
+
     def turn_cancel(self, turn_id: str) -> str:
         """Present once the turn is cancelled."""
         return f"{self.prefix}:turn:{turn_id}:cancel"

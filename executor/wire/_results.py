@@ -8,10 +8,12 @@ import redis
 from redis.client import Pipeline
 
 from executor._errors import ToolpoolError
+from executor._rq import names as rq_names
 from executor.wire._keys import Keys
 from executor.wire._models import ToolResult
+from executor.wire._turns import NextBatch
 
-_STORED, _ALREADY_STORED = 1, 0
+_STORED, _STORED_AND_RELEASED, _ALREADY_STORED = 1, 2, 0
 # A result up to this size rides on its turn's wake-up list, so the collector it wakes has it
 # without a read; a larger one is read from its key.
 WAKE_RESULT_MAX_CHARS = 4096
@@ -23,7 +25,14 @@ def load_lua(name: str) -> str:
 
 
 class ResultStore:
-    """One result per call: the first stored wins, later ones are dropped and reported."""
+    """One result per call: the first stored wins, later ones are dropped and reported.
+
+    A turn's batches are ordered by a barrier: each result stored first counts towards its
+    batch (``then``, the batch after it), and the one that completes the batch puts the next
+    batch's jobs on the queue, in the same script. Whoever stores a call's result (its
+    worker, the pool for a dead worker, a collector for a lost or timed-out call, a cancel)
+    passes ``then``, so a batch is released exactly once, whichever result comes last.
+    """
 
     def __init__(self, client: redis.Redis, keys: Keys, *, ttl: int = 3600) -> None:
         self.client = client
@@ -31,38 +40,52 @@ class ResultStore:
         self.ttl = ttl
         self._publish = client.register_script(load_lua("publish_result"))
 
-    def publish(self, turn_id: str, result: ToolResult) -> bool:
-        """Store ``result`` unless the call has one; True if this one was stored."""
-        return self.stored(
-            self._publish(keys=self._publish_keys(turn_id, result), args=self._publish_args(result))
-        )
+    def publish(self, turn_id: str, result: ToolResult, then: NextBatch | None = None) -> bool:
+        """Store ``result`` unless the call has one; True if this one was stored.
 
-    def publish_into(self, pipe: Pipeline, turn_id: str, result: ToolResult) -> None:
+        ``then``: the batch after the call's (None in the turn's last batch), released once
+        this batch's calls all have a result.
+        """
+        keys, args = self._publish_keys_args(turn_id, result, then)
+        return self.stored(self._publish(keys=keys, args=args))
+
+    def publish_into(
+        self, pipe: Pipeline, turn_id: str, result: ToolResult, then: NextBatch | None = None
+    ) -> None:
         """Queue the publish of ``result`` on ``pipe``; its reply goes to ``stored``.
 
         By the script's hash, so the pipeline needs no look-up first: a reply of
         ``NoScriptError`` (a Redis that lost its scripts) means publish it with ``publish``.
         """
-        keys = self._publish_keys(turn_id, result)
-        pipe.evalsha(self._publish.sha, len(keys), *keys, *self._publish_args(result))
+        keys, args = self._publish_keys_args(turn_id, result, then)
+        pipe.evalsha(self._publish.sha, len(keys), *keys, *args)
 
     @staticmethod
     def stored(code: object) -> bool:
         """What a publish answered: True if this result was stored, False if one was first."""
-        if code == _STORED:
+        if code in (_STORED, _STORED_AND_RELEASED):
             return True
         if code == _ALREADY_STORED:
             return False
         raise ToolpoolError(f"publish_result.lua answered an unknown code {code!r}")
 
-    def _publish_keys(self, turn_id: str, result: ToolResult) -> list[str]:
-        return [self.keys.result(result.call_id), self.keys.turn_done(turn_id)]
-
-    def _publish_args(self, result: ToolResult) -> list[str | int]:
+    def _publish_keys_args(
+        self, turn_id: str, result: ToolResult, then: NextBatch | None
+    ) -> tuple[list[str], list[str | int]]:
         # Fields at their defaults are left out: a trivial call's result is half the size.
         stored = result.model_dump_json(exclude_defaults=True)
         wake = stored if len(stored) <= WAKE_RESULT_MAX_CHARS else result.call_id
-        return [stored, wake, self.ttl]
+        keys = [self.keys.result(result.call_id), self.keys.turn_done(turn_id)]
+        args: list[str | int] = [stored, wake, self.ttl]
+        if then is not None:
+            keys += [
+                self.keys.turn_barrier(turn_id),
+                rq_names.queue_key(then.queue),
+                rq_names.deferred_key(then.queue),
+                *(rq_names.job_key(job) for job in then.jobs),
+            ]
+            args += [then.batch, rq_names.timestamp(), *then.jobs]
+        return keys, args
 
     @staticmethod
     def woken(payloads: list[bytes]) -> tuple[list[ToolResult], bool]:

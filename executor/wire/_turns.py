@@ -46,6 +46,19 @@ def job_id(turn_id: str, index: int) -> str:
     return f"tp-{turn_id}-{index}"
 
 
+class NextBatch(BaseModel):
+    """What follows a call's batch: the barrier that counts the batch's results, and the jobs
+    the call that stores the batch's last result puts on the queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: The call's batch, by position in the turn (the field of the turn's barrier).
+    batch: int
+    #: The RQ queue of the turn, and the jobs of the batch after this one.
+    queue: str
+    jobs: list[str]
+
+
 class CallJob(BaseModel):
     """What one RQ job carries: the call and where it belongs. Only JSON."""
 
@@ -57,8 +70,8 @@ class CallJob(BaseModel):
     #: The session the call runs in (its folder, lock scope and shell state); None: the
     #: worker's own workspace and scope.
     session: str | None = None
-    #: True when the call is in its turn's last batch: no call of the turn waits on it.
-    last_batch: bool = False
+    #: The batch after this call's: None for the turn's last batch, on which nothing waits.
+    then: NextBatch | None = None
 
 
 class TurnPlan(BaseModel):
@@ -92,6 +105,16 @@ class TurnPlan(BaseModel):
         """The plan as stored in Redis: without what is derived or left at its default (a
         turn of one call is a key of about 150 bytes, kept for the results' lifetime)."""
         return self.model_dump_json(exclude={"job_ids"}, exclude_defaults=True)
+
+    def then(self, index: int) -> NextBatch | None:
+        """What follows the batch of call ``index``; None in the last batch (or not enqueued)."""
+        for position, batch in enumerate(self.batches[:-1]):
+            if index in batch:
+                following = self.batches[position + 1]
+                return NextBatch(
+                    batch=position, queue=self.queue, jobs=[self.job_ids[i] for i in following]
+                )
+        return None
 
     def enqueued(self) -> list[str]:
         """The call ids of the turn that went to the workers, in call order."""

@@ -81,7 +81,7 @@ class Store:
             log.warning("toolpool: storing the result of call %s failed once: %s", job.call.id, exc)
             first = None
         if first is None:
-            first = self._patiently(lambda: self._results.publish(job.turn_id, result))
+            first = self._patiently(lambda: self._results.publish(job.turn_id, result, job.then))
             try:
                 if release:
                     self._results.client.delete(*release)
@@ -107,7 +107,7 @@ class Store:
         with self._results.client.pipeline(transaction=False) as pipe:
             readers = [item.queue(pipe) for item in closing]
             written = len(readers) + self._events.flush_into(pipe)
-            self._results.publish_into(pipe, job.turn_id, result)
+            self._results.publish_into(pipe, job.turn_id, result, job.then)
             if release:
                 pipe.delete(*release)
             replies = pipe.execute(raise_on_error=False)

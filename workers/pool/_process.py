@@ -13,16 +13,14 @@ import os
 import socket
 from collections.abc import Collection, Iterable, Mapping
 
-from rq import Queue
-from rq.serializers import JSONSerializer
-
 from executor import ConfigurationError, Settings, UnknownToolError
+from executor._rq.jobs import call_queue, named_queue
+from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor.contract import Tool, ToolInfo, ToolRegistry
-from executor.wire import WorkerCatalog, call_queue
+from executor.wire import WorkerCatalog
 from workers.pipeline import _job as job
 from workers.pipeline._runtime import WorkerRuntime
 from workers.pool._catalog import CatalogPublisher
-from workers.pool._rq_worker import ToolpoolForkingWorker, ToolpoolWorker
 from workers.sessions import SessionSweeper
 
 
@@ -109,12 +107,12 @@ def run_worker(
     if settings.sessions_root is not None:
         # The host's session calls first: they can only run here, the pool's queue anywhere.
         host_queue = runtime.keys.host_queue_name(settings.queue, runtime.host)
-        queues.insert(0, Queue(host_queue, connection=runtime.client, serializer=JSONSerializer))
+        queues.insert(0, named_queue(runtime.client, host_queue))
     if not queues:
         raise ConfigurationError(
             "This worker would take no calls: give it a workspace, a sessions root, or both."
         )
-    worker = worker_class(queues, connection=runtime.client, serializer=JSONSerializer, name=name)
+    worker = worker_class(queues, connection=runtime.client, name=name)
     worker.events = runtime.events
     logging.getLogger("rq.worker").setLevel(logging_level)
     entry = WorkerCatalog.build(

@@ -3,11 +3,11 @@
 A worker killed mid-call cannot tidy up, and what it leaves would otherwise wait for timeouts:
 a bash command it started runs on (in a session of its own, outside the worker's process
 group), its lock lease holds until it expires, its call waits for the orchestrator's liveness
-check, the turn's next batch for RQ's registry cleanup, and its name stays registered with RQ.
-Two more states outlive a worker that dies between RQ's steps: a job it stored the result of
-but RQ still records as started (its dependents stay deferred), and a job it took off the
-queue but never started (RQ 3 keeps it in the queue's intermediate list, where nobody runs
-it). ``Reaper.bury`` ends all of that at once, in an order that keeps the lock meaningful: the
+check, the turn's next batch for that answer, and its name stays registered with RQ. Two more
+states outlive a worker that dies between RQ's steps: a job it stored the result of but RQ
+still records as started (``rq info`` would show it running for minutes), and a job it took
+off the queue but never started (RQ 3 keeps it in the queue's intermediate list, where nobody
+runs it). ``Reaper.bury`` ends all of that at once, in an order that keeps the lock meaningful: the
 leftover processes die before the lease is released.
 """
 
@@ -24,14 +24,25 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
-from rq import Queue, Worker
-from rq.exceptions import NoSuchJobError
-from rq.executions import Execution
-from rq.job import Job, JobStatus
-from rq.serializers import JSONSerializer
-from rq.utils import as_text
 
 from executor import Settings, ToolpoolError
+from executor._rq.jobs import (
+    Execution,
+    JobStatus,
+    Queue,
+    call_of,
+    call_queue,
+    dequeued_not_started,
+    end_job,
+    fetch_job,
+    forget_worker,
+    named_queue,
+    other_live_workers,
+    requeue_dequeued,
+    started_by,
+    worker_key,
+    worker_queue_names,
+)
 from executor.lock import HolderStatus, RWLock, WaiterStatus
 from executor.wire import (
     CallJob,
@@ -40,14 +51,9 @@ from executor.wire import (
     Keys,
     ResultStore,
     ToolResult,
-    call_queue,
-    dequeued_not_started,
-    end_lost_job,
     host_name,
     job_id,
-    requeue_dequeued,
     session_scope,
-    started_by,
 )
 
 log = logging.getLogger(__name__)
@@ -97,9 +103,8 @@ class Reaper:
 
     def registered(self, name: str, pid: int | None) -> bool:
         """Whether RQ knows a live worker ``name`` with process id ``pid``."""
-        key = Worker.redis_worker_namespace_prefix + name
         try:
-            found, death = self._client.hmget(key, ["pid", "death"])
+            found, death = self._client.hmget(worker_key(name), ["pid", "death"])
         except redis.RedisError:
             return False
         return found is not None and death is None and int(found) == pid
@@ -115,7 +120,7 @@ class Reaper:
             for queue in self._served_queues(dead.name):
                 self._end_started_jobs(dead, queue)
                 self._requeue_dequeued_jobs(dead, queue)
-            self._forget_worker(dead.name)
+            forget_worker(self._client, dead.name)
         except (redis.RedisError, ToolpoolError) as exc:
             log.warning(
                 "toolpool: cleaning up after worker %s failed, will retry: %s", dead.name, exc
@@ -163,9 +168,9 @@ class Reaper:
             self._client.delete(key)
             return
         self._answer_lost(dead, job)
-        # Even with a stored result, RQ may not have marked the job ended: its dependents
-        # would wait for RQ's own cleanup, minutes later.
-        end_lost_job(self._client, job_id(job.turn_id, job.index))
+        # Even with a stored result, RQ may not have marked the job ended: ``rq info`` would
+        # show it running until RQ's own cleanup, minutes later.
+        end_job(self._client, job_id(job.turn_id, job.index))
         self._client.delete(key)
 
     def _answer_lost(self, dead: DeadChild, job: CallJob) -> None:
@@ -179,7 +184,7 @@ class Reaper:
             "before calling it again."
         )
         lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
-        if self._results.publish(job.turn_id, lost):
+        if self._results.publish(job.turn_id, lost, job.then):
             self._events(dead.name).emit(
                 "call_lost",
                 call_id=call.id,
@@ -204,17 +209,15 @@ class Reaper:
     def _served_queues(self, name: str) -> list[Queue]:
         """The queues worker ``name`` took jobs from: the pool's, and those RQ recorded."""
         names = [queue.name for queue in self._pool_queues()]
-        raw = self._client.hget(Worker.redis_worker_namespace_prefix + name, "queues")
-        if raw:
-            names += [n for n in as_text(raw).split(",") if n and n not in names]
-        return [Queue(n, connection=self._client, serializer=JSONSerializer) for n in names]
+        names += [n for n in worker_queue_names(self._client, name) if n not in names]
+        return [named_queue(self._client, n) for n in names]
 
     def _end_started_jobs(self, dead: DeadChild, queue: Queue) -> None:
         """End the jobs RQ still records as started by ``dead``; requeue those never begun.
 
         A worker that dies after storing its call's result (and clearing its current call)
-        but before RQ records the job's end leaves the job started: the turn's next batch
-        would wait for RQ's registry cleanup, minutes later. A call without a result is
+        but before RQ records the job's end leaves the job started until RQ's registry
+        cleanup, minutes later. A call without a result is
         answered ``worker_lost`` first. A job with an execution of ``dead`` but still queued
         was dequeued and never started: it goes back on the queue.
         """
@@ -233,18 +236,17 @@ class Reaper:
                 )
 
     def _end_started_job(self, dead: DeadChild, queue: Queue, execution: Execution) -> None:
-        try:
-            job = Job.fetch(execution.job_id, connection=self._client, serializer=JSONSerializer)
-        except NoSuchJobError:
+        job = fetch_job(self._client, execution.job_id)
+        if job is None:
             return
         status = job.get_status(refresh=False)
         if status == JobStatus.QUEUED:
             self._requeue(dead, queue, job.id, "it had dequeued and never started it", execution)
         elif status == JobStatus.STARTED:
-            call = _call_of(job)
+            call = call_of(job)
             if call is not None:
                 self._answer_lost(dead, call)
-            if end_lost_job(self._client, job.id):
+            if end_job(self._client, job.id):
                 log.warning(
                     "toolpool: ended RQ job %s, left started by dead worker %s", job.id, dead.name
                 )
@@ -258,7 +260,7 @@ class Reaper:
         start it; ``sweep_dequeued`` puts it back if none does within the grace. Burying does
         not wait for that: the supervisor would see the next death only after it.
         """
-        if self._other_live_workers(queue, dead.name):
+        if other_live_workers(queue, dead.name):
             return
         for rq_job_id in dequeued_not_started(queue):
             self._requeue(dead, queue, rq_job_id, "no other live worker serves its queue")
@@ -292,7 +294,7 @@ class Reaper:
         queues = [self._pool_queue()]
         if self._settings.sessions_root is not None:
             name = self._keys.host_queue_name(self._settings.queue, host_name(self._settings.host))
-            queues.append(Queue(name, connection=self._client, serializer=JSONSerializer))
+            queues.append(named_queue(self._client, name))
         return queues
 
     def _requeue(
@@ -306,11 +308,10 @@ class Reaper:
         if not requeue_dequeued(queue, rq_job_id, execution):
             return
         found: dict[str, Any] = {}
-        with contextlib.suppress(NoSuchJobError):
-            job = Job.fetch(rq_job_id, connection=self._client, serializer=JSONSerializer)
-            call = _call_of(job)
-            if call is not None:
-                found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
+        job = fetch_job(self._client, rq_job_id)
+        call = None if job is None else call_of(job)
+        if call is not None:
+            found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
         reason = why if dead is None else f"worker {dead.name} {dead.reason}; {why}"
         events = self._events(dead.name if dead else "pool")
         events.emit(
@@ -329,43 +330,6 @@ class Reaper:
             queue.name,
             reason,
         )
-
-    def _other_live_workers(self, queue: Queue, dead_name: str) -> bool:
-        """Whether a worker other than ``dead_name`` may be taking jobs from ``queue``.
-
-        RQ lists the workers of each queue (each registers before its first dequeue); one
-        whose record is gone or marks its death cannot hold a job. Any other counts as live,
-        even if it may have died unseen (a process id says nothing across hosts or PID
-        namespaces): at worst that costs the grace.
-        """
-        prefix = Worker.redis_worker_namespace_prefix
-        for key in Worker.all_keys(connection=self._client, queue=queue):
-            if key == prefix + dead_name:
-                continue
-            born, death = self._client.hmget(key, ["birth", "death"])
-            if born is not None and death is None:
-                return True
-        return False
-
-    def _forget_worker(self, name: str) -> None:
-        """Mark RQ's record of the worker dead, or the replacement could not register."""
-        worker = Worker.find_by_key(
-            Worker.redis_worker_namespace_prefix + name,
-            connection=self._client,
-            serializer=JSONSerializer,
-        )
-        if worker is not None:
-            worker.register_death()  # type: ignore[no-untyped-call]
-
-
-def _call_of(job: Job) -> CallJob | None:
-    """The call an RQ job carries, or None if its payload is not one."""
-    try:
-        args = job.args
-        return CallJob.model_validate(args[0]) if len(args) == 1 else None
-    except (ValidationError, ValueError, TypeError, IndexError) as exc:
-        log.warning("toolpool: RQ job %s carries no readable call: %s", job.id, exc)
-        return None
 
 
 def _sweep(token: str) -> set[int]:

@@ -41,14 +41,13 @@ from typing import Any
 import redis
 
 from executor import Sessions, Settings
+from executor._rq.jobs import call_queue, named_queue
 from executor.lock import RWLock
 from executor.wire import (
     DEFAULT_SCOPE,
     Keys,
     SessionStore,
     ToolResult,
-    call_queue,
-    named_queue,
     read_events,
     session_scope,
 )

@@ -3,10 +3,9 @@
 Anything importable runs in a plain RQ worker, ``os.system`` included, for anyone who can
 write to the Redis; callback and webhook names stored in a job are imported or requested too.
 These classes check each job before anything of it runs: the function must be
-``executor.wire._jobs.ENTRY_POINT`` with one JSON payload, and the job must carry no callbacks and
-no webhooks. A refused job is cancelled (its dependents still start, so a turn cannot hang on
-it), its callback and webhook fields are deleted from Redis, and a ``call_refused`` event
-names the reason. Nothing of it is imported or executed.
+``executor._rq.jobs.ENTRY_POINT`` with one JSON payload, and the job must carry no callbacks
+and no webhooks. A refused job is cancelled, its callback and webhook fields are deleted from
+Redis, and a ``call_refused`` event names the reason. Nothing of it is imported or executed.
 """
 
 from __future__ import annotations
@@ -22,11 +21,13 @@ from redis.client import Pipeline
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation, StopRequested
 from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
 from rq.utils import now as now_utc
 from rq.worker import WorkerStatus
 
-from executor.wire import ENTRY_POINT, EventLog, enqueue_ready, release_dependents
-from workers.pool._dequeue import ReliableQueue
+from executor._rq.dequeue import ReliableQueue
+from executor._rq.jobs import ENTRY_POINT
+from executor.wire import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class ToolpoolJob(Job):
 
 class _RefusingMixin:
     """Checks every job before the worker's own ``execute_job`` runs any of it; takes jobs
-    off several queues without losing one (``workers.pool._dequeue``)."""
+    off several queues without losing one (``executor._rq.dequeue``)."""
 
     queue_class = ReliableQueue
     job_class = ToolpoolJob
@@ -115,6 +116,7 @@ class _RefusingMixin:
         self._idle_sent = False
         self._state: str
         self._suspension_checked_at = -_SUSPENSION_CHECK_S
+        kwargs["serializer"] = JSONSerializer  # only JSON crosses Redis
         super().__init__(reliable, *args, **kwargs)  # type: ignore[call-arg]  # an RQ worker follows
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
@@ -178,20 +180,17 @@ class _RefusingMixin:
     def handle_job_success(
         self, job: Job, queue: Queue, started_job_registry: Any, execution: Any
     ) -> None:
-        """RQ's bookkeeping of a job that ended well; for a call of its turn's last batch, in
-        one round trip.
+        """RQ's bookkeeping of a job that ended well, in one round trip.
 
         RQ watches the job's dependents, reads them and then writes (three round trips), to
-        enqueue the dependents in the same transaction; no call waits on one of a last batch.
-        The same writes go in one transaction here, with a count of the job's dependents: a
-        job marked last that has some all the same gets them released after.
+        enqueue the dependents in the same transaction. toolpool's jobs have none (a turn's
+        next batch is released by the barrier, with the result): the writes go in one.
         """
-        if not _in_last_batch(job) or job.started_at is None or job.ended_at is None:
+        if job.started_at is None or job.ended_at is None:
             super().handle_job_success(job, queue, started_job_registry, execution)  # type: ignore[misc]
             return
         worked = job.ended_at - job.started_at
         with self.connection.pipeline() as pipe:  # MULTI/EXEC
-            pipe.scard(job.dependents_key)
             self.increment_successful_job_count(pipeline=pipe)  # type: ignore[attr-defined]
             self.increment_total_working_time(worked, pipe)  # type: ignore[attr-defined]
             result_ttl = job.get_result_ttl(self.default_result_ttl)  # type: ignore[attr-defined]
@@ -207,9 +206,7 @@ class _RefusingMixin:
             job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
             job._status = JobStatus.FINISHED
             self.cleanup_execution(job, pipe, execution=execution)
-            dependents = pipe.execute()[0]
-        if dependents:
-            release_dependents(self.connection, job.id)
+            pipe.execute()
 
     def check_for_suspension(self, burst: bool) -> None:
         """RQ's ``rq suspend`` check, at most once a second instead of a round trip a job."""
@@ -235,15 +232,6 @@ class _RefusingMixin:
     events: EventLog | None = None
 
     def execute_job(self, job: Job, queue: Queue) -> Any:
-        try:
-            return self._execute_or_refuse(job, queue)
-        finally:
-            # The job's dependents (a turn's next batch) must not wait for RQ's cleanup; a
-            # call of its turn's last batch has none (two round trips a call saved).
-            if not _in_last_batch(job):
-                enqueue_ready(queue)
-
-    def _execute_or_refuse(self, job: Job, queue: Queue) -> Any:
         reason = refusal_reason(job)
         if reason is None:
             return super().execute_job(job, queue)  # type: ignore[misc]
@@ -252,19 +240,10 @@ class _RefusingMixin:
             pipe.hdel(job.key, *_HOOK_FIELDS)
             pipe.execute()
         with contextlib.suppress(InvalidJobOperation):
-            job.cancel(enqueue_dependents=True)
+            job.cancel()
         if self.events is not None:
             self.events.emit("call_refused", job_id=job.id, reason=reason)
         return None
-
-
-def _in_last_batch(job: Job) -> bool:
-    """Whether ``job`` is a toolpool call its client marked as of its turn's last batch."""
-    try:
-        args = job.args
-    except Exception:  # an unreadable job (refused above) is no call of a last batch
-        return False
-    return len(args) == 1 and isinstance(args[0], dict) and args[0].get("last_batch") is True
 
 
 class ToolpoolWorker(_RefusingMixin, SimpleWorker):

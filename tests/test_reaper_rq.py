@@ -172,7 +172,7 @@ def requeue_events(executor: Executor) -> list[Any]:
 # -- F2: a job RQ still records as started by the dead worker --------------------------
 
 
-def test_started_job_with_a_result_is_ended_and_its_dependents_run(
+def test_started_job_with_a_result_is_ended_and_the_turn_goes_on(
     executor: Executor, reaper: Reaper, workers: Workers
 ) -> None:
     turn = two_batches(executor, "f2")

@@ -62,7 +62,8 @@ class Claim:
             existing, _, claimed, cancel_flag = pipe.execute()
         if not claimed and existing is None:
             # A job delivered twice (RQ put it back while its first delivery still runs):
-            # it must not run twice, nor end before the run does (its dependents would start).
+            # it must not run twice, nor answer before the run does (that answer would be
+            # stored first, and start the turn's next batch).
             with contextlib.suppress(redis.RedisError):
                 self._client.delete(current_key)
             return self._await_other_run(job)
@@ -91,7 +92,7 @@ class Claim:
                     pipe.exists(self._keys.running(call.id))
                     stored, running = pipe.execute()
             except redis.RedisError:
-                # Failing the job would start its dependents before the other run answers.
+                # Redis is away: the other run's answer is still to come, so keep waiting.
                 gone_since = None
                 time.sleep(_DUPLICATE_POLL_S)
                 continue

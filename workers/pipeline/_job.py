@@ -1,4 +1,4 @@
-"""The one function toolpool workers run: ``execute`` (``executor.wire._jobs.ENTRY_POINT``).
+"""The one function toolpool workers run: ``execute`` (``executor._rq.jobs.ENTRY_POINT``).
 
 RQ imports it by name, so it cannot take the worker's runtime as an argument; the worker
 process installs its runtime here once at start (``install``), before it takes any job.
@@ -28,7 +28,7 @@ def execute(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one call (a ``CallJob`` as JSON); or, for a ``session_op`` payload, create or delete
     a session's folder on this host. Returns, for a call, only its id and outcome: the result
     itself is stored under toolpool's own key, and RQ keeps no copy of what a finished call
-    returned (``workers.pool._rq_worker.ToolpoolJob``)."""
+    returned (``executor._rq.worker.ToolpoolJob``)."""
     if _runtime is None or _admin is None:
         raise RuntimeError(
             "This process has no toolpool runtime: start workers with `toolpool worker`."

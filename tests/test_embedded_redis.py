@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from executor import ConfigurationError
 from workers._embedded_redis import RedisServer, find_redis_server
@@ -75,7 +73,7 @@ def test_restart_keeps_the_address_and_drops_the_data() -> None:
 
 def test_pause_freezes_the_server_until_resume() -> None:
     with RedisServer() as server:
-        client = server.client(socket_timeout=0.2, retry=Retry(NoBackoff(), 0))
+        client = server.client(socket_timeout=0.2, retries=0)
         server.pause()
         with pytest.raises(redis.TimeoutError):
             client.ping()

@@ -297,7 +297,7 @@ def test_loss_is_loud_when_the_lease_is_force_released(
 
 def test_loss_is_loud_when_redis_stops(keeper: LeaseKeeper) -> None:
     with RedisServer() as server:
-        client = server.client(socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+        client = server.client(socket_timeout=0.3, retries=0)
         lock = RWLock(client, lease_ms=600, recheck_s=0.1, keeper=keeper)
         lease = lock.acquire("exclusive")
         lost = threading.Event()

@@ -27,6 +27,7 @@ from executor.client import Executor
 from executor.lock import RWLock
 from executor.wire import ErrorType, Keys, read_events
 from tests.support.ports import free_port
+from tests.support.tls import make_certificates
 from tests.support.waiting import wait_for
 from workers import builtin_registry
 from workers.pool._reaper import TOKEN_ENV
@@ -63,51 +64,6 @@ def _toolpool(*args: str, env: dict[str, str], stdin: str | None = None) -> str:
 
 
 # -- a redis-server with credentials or TLS -------------------------------------------------
-
-
-def _make_certificates(folder: Path) -> Path:
-    """A throw-away CA and a server certificate for 127.0.0.1 signed by it; the CA's path."""
-    folder.mkdir()
-
-    def openssl(*args: str) -> None:
-        subprocess.run(
-            ["openssl", *args], cwd=folder, check=True, capture_output=True, timeout=PATIENCE_S
-        )
-
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=toolpool-test-ca",
-    )
-    openssl("req", *ec, "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=localhost")
-    (folder / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl(
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.crt",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "ext.cnf",
-    )
-    return folder / "ca.crt"
 
 
 @dataclass
@@ -157,7 +113,7 @@ class SecureRedis:
             ]
             url = f"redis://toolpool:{PASSWORD}@127.0.0.1:{port}/0"
         else:
-            ca = _make_certificates(folder / "tls")
+            ca = make_certificates(folder / "tls")
             args = [
                 "--port",
                 "0",

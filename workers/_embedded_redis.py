@@ -18,15 +18,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from executor import ConfigurationError
+from executor._connect import STARTUP_PROBE, Role, connect
 
 _STANDARD_PORT = 6379
 _INSTALL_HINT = (
@@ -80,8 +79,11 @@ class RedisServer:
         binary: str | None = None,
         startup_timeout: float = 10.0,
         append_only: bool = False,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.binary = binary or find_redis_server()
+        # More redis-server arguments: a test's --requirepass, ACL users, a --tls-port.
+        self.extra_args = tuple(extra_args)
         self.startup_timeout = startup_timeout
         self.append_only = append_only
         self._tcp = tcp
@@ -118,9 +120,10 @@ class RedisServer:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None else None
 
-    def client(self, **kwargs: Any) -> redis.Redis:
-        """A redis-py client for this server; keyword arguments go to ``redis.Redis``."""
-        return redis.Redis(unix_socket_path=str(self.socket_path), **kwargs)
+    def client(self, *, socket_timeout: float | None = 5.0, retries: int = 1) -> redis.Redis:
+        """A client for this server on its unix socket (``retries``: immediate re-sends)."""
+        role = Role("embedded", socket_timeout=socket_timeout, connect_timeout=5.0, retries=retries)
+        return connect(self.url, role=role)
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -205,6 +208,7 @@ class RedisServer:
         ]
         if self._port:
             args += ["--bind", "127.0.0.1"]
+        args += self.extra_args
         # Output goes to a file, not a pipe: nobody drains a pipe while the server runs.
         with (folder / "redis.out").open("ab") as output:
             self._process = subprocess.Popen(
@@ -219,9 +223,7 @@ class RedisServer:
     def _wait_until_ready(self) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
-        probe = redis.Redis(
-            unix_socket_path=str(self.socket_path), socket_timeout=1.0, retry=Retry(NoBackoff(), 0)
-        )
+        probe = connect(self.url, role=STARTUP_PROBE)
         try:
             while True:
                 if self._process.poll() is not None:
@@ -232,6 +234,8 @@ class RedisServer:
                 try:
                     if probe.ping():
                         return
+                except redis.AuthenticationError:
+                    return  # it answers; it only wants credentials the probe does not have
                 except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                     pass
                 if time.monotonic() > deadline:

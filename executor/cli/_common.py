@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
+from executor._connect import RedisSettings, RedisURLError
 from executor._errors import SessionError, ToolpoolError
 from executor._settings import Settings, shown_url
 from executor.wire import session_scope
@@ -68,13 +69,24 @@ def settings_for(redis_url: str | None, prefix: str | None, **changes: Any) -> S
 
 
 def require_redis(settings: Settings) -> str:
-    """The Redis URL, or a usage error that says how to give one."""
+    """The Redis URL, or a usage error that says how to give one or what is wrong with it."""
     if not settings.redis_url:
         raise click.UsageError(
             "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL "
             "(`toolpool up` starts Redis and workers and prints one)."
         )
+    try:
+        RedisSettings.from_url(settings.redis_url)
+    except RedisURLError as exc:
+        raise bad_url(exc) from None
     return settings.redis_url
+
+
+def bad_url(exc: RedisURLError) -> click.UsageError:
+    """The usage error for a Redis URL that does not parse: the URL (no password) and why."""
+    return click.UsageError(
+        f"Invalid Redis URL {exc.url} (--redis or TOOLPOOL_REDIS_URL): {exc.problem}"
+    )
 
 
 def json_object(text: str, param_hint: str = "--args") -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import redis
 
+from executor._connect import STANDARD, connect
 from executor._settings import shown_url
 from executor.cli._common import (
     connection_options,
@@ -28,10 +29,7 @@ def _open(
         raise click.UsageError("Give --scope or --session, not both: a session has its own scope.")
     settings = settings_for(redis_url, prefix, scope=scope)
     url = require_redis(settings)
-    try:
-        client = redis.Redis.from_url(url)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis") from None
+    client = connect(url, role=STANDARD)
     return RWLock(client, scope_of(settings, session), keys=Keys(settings.key_prefix)), url
 
 

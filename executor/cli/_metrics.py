@@ -7,8 +7,8 @@ import threading
 from types import FrameType
 
 import click
-import redis
 
+from executor._connect import FOLLOWER, READER, connect
 from executor.cli._common import connection_options, require_redis, settings_for
 from executor.wire import Keys
 
@@ -40,7 +40,7 @@ def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | N
     except ImportError:
         raise click.ClickException(_MISSING) from None
     url = require_redis(settings)
-    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    client = connect(url, role=READER)
     registry, counts = pool_registry(client, settings)
     stop = threading.Event()
 
@@ -54,7 +54,7 @@ def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | N
         f"toolpool metrics: serving on http://{host}:{server.server_port}/metrics", err=False
     )
     # The events are followed on a connection of their own: its reads block.
-    follower = redis.Redis.from_url(url, socket_timeout=None)
+    follower = connect(url, role=FOLLOWER)
     try:
         counts.follow(follower, Keys(settings.key_prefix), stop)
     finally:

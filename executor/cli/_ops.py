@@ -10,6 +10,7 @@ from typing import Any
 import click
 import redis
 
+from executor._connect import FOLLOWER, STANDARD, connect
 from executor._errors import SessionError
 from executor._pool_state import snapshot
 from executor._settings import Settings, shown_url
@@ -150,11 +151,7 @@ class _TurnSessions:
 
 
 def _connect(settings: Settings, *, blocking: bool = False) -> redis.Redis:
-    url = require_redis(settings)
-    try:
-        return redis.Redis.from_url(url, socket_timeout=None if blocking else 5.0)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--redis") from None
+    return connect(require_redis(settings), role=FOLLOWER if blocking else STANDARD)
 
 
 def _print_status(report: dict[str, Any]) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 import redis
 
+from executor._connect import READER, connect
 from executor._timeline import render_svg, turn_bars
 from executor.cli._common import connection_options, require_redis, settings_for
 from executor.wire import Keys, TurnPlan, read_events
@@ -34,7 +35,7 @@ def timeline_command(
     if output is not None and output.suffix.lower() not in (".svg", ".png"):
         raise click.BadParameter(f"{output.name}: name it *.svg or *.png", param_hint="--output")
     settings = settings_for(redis_url, prefix)
-    client = redis.Redis.from_url(require_redis(settings), socket_timeout=10.0)
+    client = connect(require_redis(settings), role=READER)
     keys = Keys(settings.key_prefix)
     try:
         events = [item for _, item in read_events(client, keys) if item.turn_id == turn_id]

@@ -1,9 +1,10 @@
 """What an unreachable Redis means on the orchestrator's side, and riding an outage out.
 
-Every Redis command of the orchestrator fails after ``REDIS_TIMEOUT_S`` rather than never (a
-paused or cut-off Redis), after one quick reconnect (a restarted Redis closed the pooled
-connection). Waiting out a longer outage is ``collect``'s job, against its own deadline; what
-cannot wait raises ``RedisUnavailable`` saying what was being done.
+Every Redis command of the orchestrator fails after 10 s rather than never (a paused or cut-off
+Redis), after one quick reconnect (a restarted Redis closed the pooled connection): the
+``ORCHESTRATOR`` role of ``executor/_connect.py``. Waiting out a longer outage is
+``collect``'s job, against its own deadline; what cannot wait raises ``RedisUnavailable``
+saying what was being done.
 """
 
 from __future__ import annotations
@@ -16,16 +17,13 @@ from dataclasses import dataclass
 
 import redis
 import redis.asyncio
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from executor import _connect as factory
 from executor._errors import ConfigurationError, RedisUnavailable
 from executor._settings import Settings, shown_url
 
 log = logging.getLogger(__name__)
 
-REDIS_TIMEOUT_S = 10.0
 # What an unreachable Redis raises; AuthenticationError is a ConnectionError that waiting
 # does not cure, so it is let through as it is.
 UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
@@ -43,23 +41,13 @@ def required_url(url: str | None, settings: Settings) -> str:
 
 
 def connect(url: str, *, blocking_s: float = 0.0) -> redis.Redis:
-    """A client whose commands fail within ``REDIS_TIMEOUT_S`` (plus ``blocking_s`` for BLPOP)."""
-    return redis.Redis.from_url(
-        url,
-        socket_timeout=REDIS_TIMEOUT_S + blocking_s,
-        socket_connect_timeout=REDIS_TIMEOUT_S,
-        retry=Retry(NoBackoff(), 1),
-    )
+    """A client whose commands fail within 10 s (plus ``blocking_s`` for BLPOP)."""
+    return factory.connect(url, role=factory.ORCHESTRATOR.waiting(blocking_s))
 
 
 def connect_async(url: str, *, blocking_s: float = 0.0) -> redis.asyncio.Redis:
     """``connect``'s client on ``redis.asyncio``, with the same time limits."""
-    return redis.asyncio.Redis.from_url(
-        url,
-        socket_timeout=REDIS_TIMEOUT_S + blocking_s,
-        socket_connect_timeout=REDIS_TIMEOUT_S,
-        retry=AsyncRetry(NoBackoff(), 1),
-    )
+    return factory.connect_async(url, role=factory.ORCHESTRATOR.waiting(blocking_s))
 
 
 def unreachable(

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from executor._connect import READER, connect
 from executor._settings import Settings
 from executor._timeline import render_svg, turn_bars
 from executor.dashboard._feed import Feed
@@ -41,7 +42,7 @@ _KEEPALIVE_S = 15.0
 def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> Starlette:
     """The dashboard of the pool at ``url`` (Redis), behind ``token`` if one is given."""
     keys = Keys(settings.key_prefix)
-    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    client = connect(url, role=READER)
     results = ResultStore(client, keys, ttl=settings.result_ttl)
     metrics = _metrics(client, settings)
     feed = Feed(url, settings, metrics[1] if metrics else (lambda event: None))

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from executor._connect import FOLLOWER, READER, connect
 from executor._pool_state import RECENT_EVENTS, newest_events, sessions, snapshot
 from executor._settings import Settings
 from executor.wire import Event, Keys, follow_event_batches
@@ -45,7 +46,7 @@ class Feed:
         self._viewers: set[asyncio.Queue[str]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
-        self._client = redis.Redis.from_url(url, socket_timeout=10.0)
+        self._client = connect(url, role=READER)
         self.state: dict[str, Any] = {}
         # The newest events, kept as they come: the snapshot's recent calls and failures are
         # made from them, not read again each second.
@@ -111,7 +112,7 @@ class Feed:
 
     def _follow(self) -> None:
         """The events, as they come, to every viewer (on the loop's thread)."""
-        client = redis.Redis.from_url(self._url, socket_timeout=None)
+        client = connect(self._url, role=FOLLOWER)
         keys = Keys(self._settings.key_prefix)
         since = "$"
         try:

@@ -2,7 +2,7 @@
 
 Typical use::
 
-    lock = RWLock(redis.Redis.from_url(url), scope="global")
+    lock = RWLock.from_url(url, scope="global")
     with lock.acquire("exclusive", timeout=30, owner=OwnerInfo.current(tool="write_file")) as lease:
         ...                      # write a temp file
         lease.assert_fenced()    # raises FenceError if the lock was lost meanwhile

@@ -22,9 +22,8 @@ import time
 import uuid
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from executor._connect import connect, lock_roles
 from executor._errors import ConfigurationError
 from executor.lock._errors import LockError, LockTimeout, LockUnavailable
 from executor.lock._keeper import LeaseKeeper
@@ -120,23 +119,13 @@ class RWLock:
     ) -> RWLock:
         """A lock with clients of its own for ``url``, with timeouts that suit it.
 
-        Scripts and renewals: a socket timeout, and a connect timeout, of a sixth of the lease
-        (0.05-2 s) and one immediate retry (for a pooled connection that went stale), so a hung
-        or cut-off Redis costs at most a third of the lease per attempt. (redis-py's own connect
-        timeout, 5 s, would keep a renewal blocked past the lease on a link that drops packets
-        silently, and the loss would be declared late.) Wake-up waits: a timeout above
-        ``recheck_s``.
+        Scripts and renewals: a socket and connect timeout of a sixth of the lease (0.05-2 s)
+        and one immediate retry; wake-up waits: a socket timeout above ``recheck_s``
+        (``executor._connect.lock_roles`` says why).
         """
-        script_timeout = min(2.0, max(0.05, lease_ms / 6000))
-        client = redis.Redis.from_url(
-            url,
-            socket_timeout=script_timeout,
-            socket_connect_timeout=script_timeout,
-            retry=Retry(NoBackoff(), 1),
-        )
-        blocking = redis.Redis.from_url(
-            url, socket_timeout=recheck_s + 2.0, socket_connect_timeout=script_timeout
-        )
+        scripts, wakeups = lock_roles(lease_ms, recheck_s)
+        client = connect(url, role=scripts)
+        blocking = connect(url, role=wakeups)
         lock = cls(
             client,
             scope,

@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 
 import click
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from executor._connect import PROBE, RedisURLError, connect
 from executor._settings import BASH_SANDBOX_MODES, Settings, shown_url
 from executor.cli._common import (
+    bad_url,
     connection_options,
     or_fail,
     require_redis,
@@ -439,13 +439,9 @@ _UP_HINT = (
 def _check_redis(url: str, hint: str) -> None:
     shown = shown_url(url)
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0)
-        )
-    except ValueError as exc:
-        raise click.UsageError(
-            f"Invalid Redis URL {shown} (--redis or TOOLPOOL_REDIS_URL): {exc}"
-        ) from None
+        client = connect(url, role=PROBE)
+    except RedisURLError as exc:
+        raise bad_url(exc) from None
     try:
         client.ping()
     except redis.RedisError as exc:

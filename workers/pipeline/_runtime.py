@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis
-
 from executor import Settings
+from executor._connect import STANDARD, connect
 from executor.contract import ToolRegistry, Workspace
 from executor.lock import RWLock
 from executor.wire import EventLog, Keys, ResultStore, SessionStore, host_name
@@ -49,7 +48,7 @@ class WorkerRuntime:
         self.keys = Keys(settings.key_prefix)
         self.workspace = Workspace(settings.workspace)
         self.host = host_name(settings.host)
-        self.client = redis.Redis.from_url(redis_url)
+        self.client = connect(redis_url, role=STANDARD)
         self.lock = lock or RWLock.from_url(
             redis_url, settings.scope, keys=self.keys, lease_ms=settings.lock_lease_ms
         )

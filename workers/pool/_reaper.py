@@ -26,6 +26,7 @@ import redis
 from pydantic import ValidationError
 
 from executor import Settings, ToolpoolError
+from executor._connect import STANDARD, connect
 from executor._rq.jobs import (
     Execution,
     JobStatus,
@@ -91,7 +92,7 @@ class Reaper:
         self._first_seen: dict[str, float] = {}
         self._host = host
         self._keys = Keys(settings.key_prefix)
-        self._client = redis.Redis.from_url(redis_url, socket_timeout=5.0)
+        self._client = connect(redis_url, role=STANDARD)
         self._results = ResultStore(self._client, self._keys, ttl=settings.result_ttl)
         self._lock = RWLock.from_url(
             redis_url, settings.scope, keys=self._keys, lease_ms=settings.lock_lease_ms

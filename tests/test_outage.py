@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -160,9 +158,7 @@ def test_submit_while_redis_is_down_says_nothing_runs(
 
 
 def _answers(server: RedisServer) -> bool:
-    client = server.client(
-        socket_timeout=0.5, socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
-    )
+    client = server.client(socket_timeout=0.5, connect_timeout=0.5, retries=0)
     try:
         return bool(client.ping())
     except redis.RedisError:

@@ -120,9 +120,11 @@ class RedisServer:
         """The server's process id while it runs."""
         return self._process.pid if self._process is not None else None
 
-    def client(self, *, socket_timeout: float | None = 5.0, retries: int = 1) -> redis.Redis:
+    def client(
+        self, *, socket_timeout: float | None = 5.0, connect_timeout: float = 5.0, retries: int = 1
+    ) -> redis.Redis:
         """A client for this server on its unix socket (``retries``: immediate re-sends)."""
-        role = Role("embedded", socket_timeout=socket_timeout, connect_timeout=5.0, retries=retries)
+        role = Role("embedded", socket_timeout, connect_timeout, retries)
         return connect(self.url, role=role)
 
     # -- life cycle --------------------------------------------------------------------------

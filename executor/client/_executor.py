@@ -27,7 +27,7 @@ from executor._errors import (
     InvalidArgumentsError,
     RedisUnavailable,
     SessionError,
-    ToolpoolError,
+    TurnError,
     UnknownToolError,
 )
 from executor._rq.jobs import (
@@ -66,10 +66,6 @@ log = logging.getLogger(__name__)
 
 Approve = Callable[[ToolCall, ToolInfo], bool]
 Check = Callable[[ToolCall, ToolInfo], "str | None"]
-
-
-class TurnError(ToolpoolError):
-    """A turn that cannot be submitted as given (e.g. two calls with one id)."""
 
 
 @dataclass

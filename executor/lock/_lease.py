@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 import redis
 from redis.client import Pipeline
 
-from executor._errors import FenceError
-from executor.lock._errors import LockUnavailable
+from executor._errors import FenceError, LockUnavailable
 from executor.lock._models import EXCLUSIVE, Mode
 from executor.lock._scripts import LockScripts, ReleaseOutcome, RenewOutcome
 

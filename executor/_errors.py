@@ -29,12 +29,15 @@ workspace's commit lock not had in time).
 Errors raised inside a tool never escape the runner: they become a ``ToolResult`` with
 ``status="error"`` (see ``workers.pipeline._runner``). A lease lost while held is not an
 exception either: it is reported on the ``Lease`` (``lost``, ``lost_event``, ``on_lost``), and
-a fenced commit then raises ``FenceError``.
+a fenced commit then raises ``FenceError``. Messages a model reads come from
+``executor._texts``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from executor import _texts as texts
 
 
 class ToolpoolError(Exception):
@@ -59,8 +62,7 @@ class UnknownToolError(ToolpoolError):
     def __init__(self, name: str, available: Iterable[str]) -> None:
         self.name = name
         self.available = sorted(available)
-        listed = ", ".join(self.available) if self.available else "(none)"
-        super().__init__(f"Unknown tool {name!r}. Available tools: {listed}.")
+        super().__init__(texts.unknown_tool(name, self.available))
 
 
 class NotServedOnQueue(UnknownToolError):
@@ -73,12 +75,9 @@ class NotServedOnQueue(UnknownToolError):
         self.queue = queue
         self.reason = reason
         if reason is None:
-            self.args = (f"{self.args[0]} (No live worker on queue {queue!r} serves {name!r}.)",)
+            self.args = (texts.not_on_queue(name, self.available, queue),)
         else:
-            listed = ", ".join(self.available) if self.available else "(none)"
-            self.args = (
-                f"{name} is not served on queue {queue!r}: {reason}. Tools served there: {listed}.",
-            )
+            self.args = (texts.withheld_on_queue(name, queue, reason, self.available),)
 
 
 class SessionError(ToolpoolError):

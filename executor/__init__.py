@@ -3,7 +3,9 @@
 This module is the whole public API. An orchestrator needs only these names; a custom tool is
 declared with ``tool`` (or a ``Tool``) in a ``ToolRegistry`` and loaded by the workers.
 
-Every exception raised on purpose derives from ``ToolpoolError``::
+Every exception raised on purpose derives from ``ToolpoolError``; all live in
+``executor._errors``, whose docstring draws the whole tree (the lock's own exceptions, exported
+by ``executor.lock``, included)::
 
     ToolpoolError
     ├── ConfigurationError        bad settings, a registry import string that does not load
@@ -25,11 +27,13 @@ from executor._errors import (
     DuplicateToolError,
     FenceError,
     InvalidArgumentsError,
+    NoWorkerError,
     RedisUnavailable,
     SessionError,
     ToolDefinitionError,
     ToolError,
     ToolpoolError,
+    TurnError,
     UnknownToolError,
     WorkspaceError,
 )
@@ -40,7 +44,6 @@ from executor.client import (
     Executor,
     Sessions,
     Turn,
-    TurnError,
     anthropic_tool_results,
     openai_tool_messages,
 )
@@ -57,7 +60,6 @@ from executor.contract import (
 from executor.wire import (
     Catalog,
     ErrorType,
-    NoWorkerError,
     SessionInfo,
     ToolCall,
     ToolResult,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from executor._texts import truncation_marker
+
 
 @dataclass(frozen=True)
 class Truncation:
@@ -21,14 +23,6 @@ class Truncation:
 
     def __str__(self) -> str:
         return self.text
-
-
-def marker(dropped_chars: int, dropped_lines: int, note: str | None = None) -> str:
-    """The line put where the middle was, e.g. ``... [1200 characters, 31 lines dropped] ...``."""
-    chars = f"{dropped_chars} character{'s' if dropped_chars != 1 else ''}"
-    lines = f"{dropped_lines} line{'s' if dropped_lines != 1 else ''}"
-    extra = f"; {note}" if note else ""
-    return f"\n\n... [{chars}, {lines} dropped{extra}] ...\n\n"
 
 
 def truncate(
@@ -54,7 +48,7 @@ def truncate(
     dropped = text[head_size : length - tail_size]
     dropped_lines = dropped.count("\n") + 1
     tail = text[length - tail_size :] if tail_size else ""
-    shown = text[:head_size] + marker(len(dropped), dropped_lines, note) + tail
+    shown = text[:head_size] + truncation_marker(len(dropped), dropped_lines, note) + tail
     return Truncation(
         text=shown,
         original_chars=length,

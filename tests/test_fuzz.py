@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from executor import ErrorType, Settings, ToolRegistry, ToolStatus
-from executor._truncation import marker
+from executor._texts import truncation_marker as marker
 from executor.client import Executor
 from tests.support import dist_tools
 from tests.support.pids import sleep_marker, survivors

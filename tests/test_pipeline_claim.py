@@ -11,6 +11,7 @@ import redis
 from redis.connection import AbstractConnection
 
 from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
+from executor import _texts as texts
 from executor.contract import Workspace
 from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
 from workers.pipeline._chain import CallState
@@ -160,7 +161,7 @@ def test_a_second_delivery_answers_worker_lost_when_the_first_run_dies(
     waiter.join(30)
     [answer] = answers
     assert answer.error_type is ErrorType.WORKER_LOST
-    assert "stopped before it stored a result" in answer.content
+    assert answer.content == texts.worker_lost("t")  # the words the collector uses
     stored = ResultStore(client, KEYS).get("c1")
     assert stored is not None
     assert stored.error_type is ErrorType.WORKER_LOST

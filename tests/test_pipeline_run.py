@@ -118,7 +118,7 @@ def test_a_cancelled_run_does_not_start_the_tool(tmp_path: Path) -> None:
     state.cancelled.set()
     result = run(state)
     assert result.error_type is ErrorType.CANCELLED
-    assert result.content == "'say' did not run: the call was cancelled."
+    assert result.content == "'say' did not run: its turn was cancelled."
     assert not started.is_set()
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from executor import TruncationPolicy, truncate
-from executor._truncation import marker
+from executor._texts import truncation_marker as marker
 
 MARKER = re.compile(
     r"\n\n\.\.\. \[(\d+) characters?, (\d+) lines? dropped(?:; [^\]]*)?\] \.\.\.\n\n"

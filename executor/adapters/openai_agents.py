@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from executor import AsyncExecutor, ToolInfo, ToolpoolError
+from executor import _texts as texts
 from executor.adapters._batch import TurnBatcher
 from executor.adapters._names import check_names, chosen
 
@@ -53,9 +54,7 @@ def pool_failure_message(ctx: RunContextWrapper[Any], error: Exception) -> str:
     ``failure_error_function``): which tool, that the pool failed, and the pool's message,
     which says whether the call may still run."""
     tool = ctx.tool_name if isinstance(ctx, ToolContext) else "the tool"
-    return (
-        f"The call to {tool} got no result: the tool pool failed ({type(error).__name__}: {error})"
-    )
+    return texts.pool_failed(tool, error)
 
 
 async def pool_tools(

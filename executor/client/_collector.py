@@ -26,6 +26,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from executor import _texts as texts
 from executor._rq.jobs import JobStatus, end_job, job_status
 from executor._settings import Settings
 from executor.client._outage import UNREACHABLE, Outage, unreachable
@@ -316,8 +317,7 @@ class Collector:
                     call_id,
                     plan.tools[index],
                     ErrorType.CANCELLED,
-                    f"{plan.tools[index]!r} did not run: it was never enqueued (Redis could not "
-                    "be reached while its turn was submitted). Call it again.",
+                    texts.never_enqueued(plan.tools[index]),
                 )
                 self._results.publish(plan.turn_id, answer, plan.then(index))
                 stored = self._results.get(call_id)
@@ -328,9 +328,7 @@ class Collector:
                 call_id,
                 plan.tools[index],
                 ErrorType.WORKER_LOST,
-                f"The worker running {plan.tools[index]!r} stopped (it was killed or lost "
-                "its connection) before it stored a result. The call may have run in part; "
-                "check its effects before calling it again.",
+                texts.worker_lost(plan.tools[index]),
             )
             if self._results.publish(plan.turn_id, lost, plan.then(index)):
                 self._events.emit(
@@ -352,8 +350,7 @@ class Collector:
                     call_id,
                     plan.tools[index],
                     ErrorType.TIMEOUT,
-                    f"No result for {plan.tools[index]!r} within {limit:g} s. The call "
-                    "may still run or have run; check its effects before calling again.",
+                    texts.turn_timeout(plan.tools[index], limit),
                 ),
                 plan.then(index),
             )

@@ -23,11 +23,12 @@ from typing import IO, Any
 from redis import Redis
 from redis.client import Pipeline
 
+from executor import _texts as texts
 from executor._errors import (
     InvalidArgumentsError,
     RedisUnavailable,
     SessionError,
-    ToolpoolError,
+    TurnError,
     UnknownToolError,
 )
 from executor._rq.jobs import (
@@ -66,10 +67,6 @@ log = logging.getLogger(__name__)
 
 Approve = Callable[[ToolCall, ToolInfo], bool]
 Check = Callable[[ToolCall, ToolInfo], "str | None"]
-
-
-class TurnError(ToolpoolError):
-    """A turn that cannot be submitted as given (e.g. two calls with one id)."""
 
 
 @dataclass
@@ -399,7 +396,7 @@ class Executor:
                     call_id,
                     plan.tools[index],
                     ErrorType.CANCELLED,
-                    f"{plan.tools[index]!r} did not run: its turn was cancelled.",
+                    texts.turn_cancelled(plan.tools[index]),
                 ),
                 plan.then(index),
             )
@@ -445,14 +442,14 @@ class Executor:
         answered: dict[int, ToolResult] = {}
         runnable: list[int] = []
         tools: dict[str, ToolInfo] = {}
-        stop_reason: str | None = None
+        stop_reason: tuple[str, str] | None = None  # the refused call's id, and why
         for index, call in enumerate(calls):
             if stop_reason is not None:
                 answered[index] = ToolResult.failure(
                     call.id,
                     call.name,
                     ErrorType.REJECTED,
-                    f"{call.name!r} did not run: {stop_reason}",
+                    texts.turn_stopped(call.name, *stop_reason),
                 )
                 continue
             checked = self._check(call, queue)
@@ -465,7 +462,7 @@ class Executor:
                 answered[index] = ToolResult.failure(
                     call.id, call.name, ErrorType.REJECTED, refusal
                 )
-                stop_reason = f"the turn stopped at call {call.id} ({refusal})"
+                stop_reason = (call.id, refusal)
                 continue
             runnable.append(index)
             tools[call.id] = tool
@@ -520,11 +517,7 @@ class Executor:
         if session is not None and runnable and not replies[len(runnable)]:
             # Deleted (or being deleted) since its host was looked up: nothing is enqueued.
             self._routes.forget(session)
-            answered.update(
-                _unknown_session(
-                    calls, runnable, f"session {session!r} does not exist or is being deleted"
-                )
-            )
+            answered.update(_unknown_session(calls, runnable, texts.session_gone(session)))
             return []
         kept = []
         for index, ok in zip(runnable, claimed, strict=True):
@@ -536,8 +529,7 @@ class Executor:
                 call.id,
                 call.name,
                 ErrorType.REJECTED,
-                f"Call id {call.id!r} was already used by another turn; each call needs a "
-                "unique id.",
+                texts.call_id_taken(call.id),
             )
         return kept
 
@@ -545,14 +537,14 @@ class Executor:
         if self.check is not None:
             reason = self.check(call, tool)
             if reason:
-                return f"Tool blocked: {reason}"
+                return texts.check_blocked(reason)
         if self.approve is not None and not (self.auto_approve_read_only and tool.is_read_only):
             approved = self.approve(call, tool)
             self._emit("approval", call, turn_id, approved=approved)
             if not approved:
-                return "The user rejected this call."
+                return texts.user_rejected()
         if not self.usage.take():
-            return f"The tool call limit ({self.usage.limit}) of this run is reached."
+            return texts.call_limit_reached(self.usage.limit or 0)  # refused only under a limit
         return None
 
     def _pending(self, turn: Turn) -> bool:
@@ -661,7 +653,7 @@ def _unknown_session(
             calls[index].id,
             calls[index].name,
             ErrorType.UNKNOWN_SESSION,
-            f"{calls[index].name!r} did not run: {problem}.",
+            texts.session_refused(calls[index].name, problem),
         )
         for index in indexes
     }

@@ -12,6 +12,7 @@ import time
 
 import redis
 
+from executor import _texts as texts
 from executor._settings import Settings
 from executor.contract import ToolInfo
 from executor.wire import READY, Catalog, Keys, NoWorkerError, SessionStore, read_catalog
@@ -44,14 +45,10 @@ class Routes:
             return known[0], ""
         found = self._sessions.locate(session)
         if found is None:
-            return None, (
-                f"session {session!r} does not exist (never created, deleted, or "
-                "expired after its idle time); create it with `toolpool session "
-                "create`"
-            )
+            return None, texts.session_missing(session)
         state, host = found
         if state != READY:
-            return None, f"session {session!r} is {state}, not ready"
+            return None, texts.session_not_ready(session, state)
         queue = self._keys.host_queue_name(self._settings.queue, host)
         self._queues[session] = (queue, time.monotonic())
         return queue, ""

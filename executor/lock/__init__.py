@@ -9,7 +9,7 @@ Typical use::
         ...                      # rename it into place
 """
 
-from executor.lock._errors import LockError, LockProtocolError, LockTimeout, LockUnavailable
+from executor._errors import LockError, LockProtocolError, LockTimeout, LockUnavailable
 from executor.lock._lease import Lease
 from executor.lock._models import (
     EXCLUSIVE,

@@ -22,7 +22,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from executor.lock._errors import LockUnavailable
+from executor._errors import LockUnavailable
 from executor.lock._scripts import LockScripts
 
 if TYPE_CHECKING:

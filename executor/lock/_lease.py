@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import redis
 from redis.client import Pipeline
 
-from executor._errors import FenceError
-from executor.lock._errors import LockUnavailable
+from executor import _texts as texts
+from executor._errors import FenceError, LockUnavailable
 from executor.lock._models import EXCLUSIVE, Mode
 from executor.lock._scripts import LockScripts, ReleaseOutcome, RenewOutcome
 
@@ -249,26 +249,14 @@ class Lease:
 
         Call it right before a write becomes visible (the rename of a written temp file).
         """
-        refused = "The write was not committed: "
         if self.mode != EXCLUSIVE:
-            raise FenceError(
-                refused + "this call holds the lock shared, and only an exclusive holder may "
-                "write. Declare the tool not concurrency-safe."
-            )
+            raise FenceError(texts.fence_shared())
         try:
             valid = self.check_fence()
         except LockUnavailable:
-            raise FenceError(
-                refused + f"Redis could not be reached to prove that this call still holds the "
-                f"exclusive lock on scope {self.scope!r}. The file was left as it was; retry "
-                "the call."
-            ) from None
+            raise FenceError(texts.fence_unproven(self.scope)) from None
         if not valid:
-            raise FenceError(
-                refused + f"this call lost the exclusive lock on scope {self.scope!r} before "
-                "the commit (its lease expired or was revoked, and another call may have "
-                "written since). The file was left as it was; read it again and retry."
-            )
+            raise FenceError(texts.fence_lost(self.scope))
 
     # -- loss ----------------------------------------------------------------------------
 

@@ -24,8 +24,7 @@ import uuid
 import redis
 
 from executor._connect import connect, lock_roles
-from executor._errors import ConfigurationError
-from executor.lock._errors import LockError, LockTimeout, LockUnavailable
+from executor._errors import ConfigurationError, LockError, LockTimeout, LockUnavailable
 from executor.lock._keeper import LeaseKeeper
 from executor.lock._lease import Lease
 from executor.lock._models import EXCLUSIVE, FAIR, SHARED, LockStatus, Mode, OwnerInfo, Policy

@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar
 import redis
 from redis.client import Pipeline
 
-from executor.lock._errors import LockProtocolError
+from executor._errors import LockProtocolError
 from executor.lock._models import (
     HolderStatus,
     LockCounters,

@@ -4,10 +4,9 @@ Only JSON crosses Redis. Every key name is built in ``_keys``; RQ's jobs and que
 ``executor._rq``'s.
 """
 
+from executor._errors import NotServedOnQueue, NoWorkerError
 from executor.wire._catalog import (
     Catalog,
-    NotServedOnQueue,
-    NoWorkerError,
     WorkerCatalog,
     publish_catalog,
     read_catalog,

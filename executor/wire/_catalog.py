@@ -18,7 +18,7 @@ from functools import cached_property
 import redis
 from pydantic import BaseModel, ConfigDict
 
-from executor._errors import ToolpoolError, UnknownToolError
+from executor._errors import NotServedOnQueue, NoWorkerError
 from executor.contract._info import ToolInfo
 from executor.wire._keys import Keys
 
@@ -82,37 +82,6 @@ class WorkerCatalog(BaseModel):
             host_queue=host_queue,
             pool_calls=pool_calls,
         )
-
-
-class NoWorkerError(ToolpoolError):
-    """No live worker serves the queue: nothing would run a call put on it."""
-
-    def __init__(self, queue: str, waited: float = 0.0) -> None:
-        self.queue = queue
-        within = f" within {waited:g} s" if waited else ""
-        super().__init__(
-            f"No live worker serves queue {queue!r}{within}, so no call was submitted. Start "
-            "workers with `toolpool worker --redis URL --workspace DIR` (or `toolpool up`), "
-            "or wait for them (Executor(wait_for_workers=SECONDS), `--wait-for-workers`)."
-        )
-
-
-class NotServedOnQueue(UnknownToolError):
-    """A tool that the live workers on the queue do not serve (``reason``: why, if known)."""
-
-    def __init__(
-        self, name: str, available: Iterable[str], queue: str, reason: str | None = None
-    ) -> None:
-        super().__init__(name, available)
-        self.queue = queue
-        self.reason = reason
-        if reason is None:
-            self.args = (f"{self.args[0]} (No live worker on queue {queue!r} serves {name!r}.)",)
-        else:
-            listed = ", ".join(self.available) if self.available else "(none)"
-            self.args = (
-                f"{name} is not served on queue {queue!r}: {reason}. Tools served there: {listed}.",
-            )
 
 
 @dataclass(frozen=True)

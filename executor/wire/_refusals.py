@@ -1,7 +1,8 @@
-"""The model-facing answers to a call that cannot run as given: one fixed text per class.
+"""The answers to a call that cannot run as given: ``unknown_tool`` and ``invalid_arguments``.
 
 The client answers them before enqueueing (no round trip) and the worker again before running
-(its registry has the last word); both use these texts, so a model reads the same either way.
+(its registry has the last word); both build them here, from ``executor._texts``, so a model
+reads the same either way.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import difflib
 import re
 from collections.abc import Iterable, Sequence
 
+from executor import _texts as texts
 from executor._errors import UnknownToolError
 from executor.wire._models import ErrorType, ToolCall, ToolResult
 
@@ -19,8 +21,7 @@ def unknown_tool_text(exc: UnknownToolError) -> str:
     and the one it most likely meant (``read_fil``: ``read_file``), if one is close."""
     # A withheld tool (``reason``) was named right; another name would be the wrong hint.
     meant = None if getattr(exc, "reason", None) else _closest_name(exc.name, exc.available)
-    hint = f" Did you mean {meant!r}?" if meant else ""
-    return f"{exc}{hint} Call one of the available tools instead."
+    return texts.unknown_tool_answer(str(exc), meant)
 
 
 def _closest_name(name: str, available: Iterable[str]) -> str | None:
@@ -40,11 +41,7 @@ def _closest_name(name: str, available: Iterable[str]) -> str | None:
 
 def invalid_arguments_text(tool_name: str, problems: Sequence[str]) -> str:
     """What the model reads for arguments that do not fit: each problem, then what to do."""
-    listed = "\n".join(f"- {problem}" for problem in problems)
-    return (
-        f"Invalid arguments for tool {tool_name!r}:\n{listed}\n"
-        "Fix the arguments and call the tool again."
-    )
+    return texts.invalid_arguments_answer(tool_name, problems)
 
 
 def unknown_tool(call: ToolCall, exc: UnknownToolError) -> ToolResult:

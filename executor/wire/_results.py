@@ -7,6 +7,7 @@ from importlib import resources
 import redis
 from redis.client import Pipeline
 
+from executor import _texts as texts
 from executor._errors import ToolpoolError
 from executor._rq import names as rq_names
 from executor.wire._keys import Keys
@@ -123,10 +124,11 @@ class ResultStore:
     def keep_full_output(self, call_id: str, text: str, *, ttl: int, max_bytes: int) -> str:
         """Store a truncated call's full output; return the note for the truncation marker."""
         data = text.encode("utf-8")
-        note = f"full output: toolpool output {call_id}"
+        kept = None
         if len(data) > max_bytes:
             data = data[:max_bytes]
-            note += f" (its first {max_bytes} bytes)"
+            kept = max_bytes
+        note = texts.full_output_note(call_id, kept)
         self.client.set(self.keys.full_output(call_id), data, ex=ttl)
         return note
 

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from executor import _texts as texts
 from executor._errors import SessionError
 from executor.wire._keys import Keys
 from executor.wire._results import load_lua
@@ -154,17 +155,11 @@ class SessionStore:
         if reply[0] == "ok":
             return Entered(ok=True, cwd=reply[1], env=json.loads(reply[2] or "{}"))
         if reply[0] == "missing":
-            problem = (
-                f"session {name!r} does not exist (never created, deleted, or expired after "
-                "its idle time); create it with `toolpool session create`"
-            )
+            problem = texts.session_missing(name)
         elif reply[0] == "state":
-            problem = f"session {name!r} is {reply[1] or 'in no known state'}, not ready"
+            problem = texts.session_not_ready(name, reply[1] or "in no known state")
         else:
-            problem = (
-                f"session {name!r} lives on host {reply[1]!r}, not on this worker's host; "
-                "its folder is on that host's disk"
-            )
+            problem = texts.session_on_other_host(name, reply[1])
         return Entered(ok=False, problem=problem)
 
     def save_shell(self, name: str, cwd: str, env: dict[str, str]) -> None:

@@ -17,6 +17,7 @@ import time
 import redis
 
 from executor import Settings
+from executor import _texts as texts
 from executor.wire import CallJob, ErrorType, EventLog, Keys, ToolResult
 from workers.pipeline._chain import CallState, Proceed
 from workers.pipeline._store import Store
@@ -103,10 +104,7 @@ class Claim:
             # The liveness key's expiry already proves a silent worker; the grace covers one
             # that just stored its result and let go of the key.
             if gone_since is not None and now - gone_since > 2 * self._heartbeat_s:
-                message = (
-                    f"The worker running {call.name!r} stopped before it stored a result. The "
-                    "call may have run in part; check its effects before calling it again."
-                )
+                message = texts.worker_lost(call.name)
                 lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
                 return self._store.publish(job, lost)
             time.sleep(_DUPLICATE_POLL_S)
@@ -116,6 +114,6 @@ def skip_cancelled(state: CallState, proceed: Proceed) -> ToolResult:
     """Step: a call whose turn was cancelled (seen by the claim or the heartbeat) does not run."""
     if state.cancelled.is_set():
         call = state.call
-        message = f"{call.name!r} did not run: its turn was cancelled."
+        message = texts.turn_cancelled(call.name)
         return ToolResult.failure(call.id, call.name, ErrorType.CANCELLED, message)
     return proceed(state)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from executor import ToolError
+from executor import _texts as texts
 
 # Polling, because flock has no timeout of its own: short first (commits last milliseconds).
 _FIRST_POLL_S = 0.0005
@@ -68,17 +69,9 @@ def _take(fd: int, mode: int, root: Path, timeout: float) -> None:
         except BlockingIOError:
             pass
         except OSError as exc:
-            raise ToolError(
-                f"The workspace's file system ({root}) refuses file locks ({exc.strerror}); "
-                "toolpool needs them to commit writes safely, so nothing was changed. Put the "
-                "workspace on a local file system."
-            ) from None
+            raise ToolError(texts.no_file_locks(str(root), exc.strerror or str(exc))) from None
         left = deadline - time.monotonic()
         if left <= 0:
-            raise CommitBusy(
-                f"Another call has been committing a write to the workspace ({root}) for over "
-                f"{timeout:g} s (a worker stopped in the middle of its commit?); nothing was "
-                "changed. Try again later."
-            )
+            raise CommitBusy(texts.commit_busy(str(root), timeout))
         time.sleep(min(pause, left))
         pause = min(pause * 2, _MAX_POLL_S)

@@ -21,6 +21,7 @@ import redis
 from redis.client import Pipeline
 
 from executor import FenceError, Settings, ToolpoolError
+from executor import _texts as texts
 from executor.lock import EXCLUSIVE, SHARED, Lease, LockError, LockTimeout, OwnerInfo, RWLock
 from executor.wire import ErrorType, EventLog, ToolResult
 from workers.pipeline._chain import CallState, Closing, Held, Proceed
@@ -48,7 +49,7 @@ def lock(state: CallState, proceed: Proceed) -> ToolResult:
             state.settings,
             state.started,
             ErrorType.LOCK_UNAVAILABLE,
-            f"{tool.name!r} did not run: {exc} Try again later.",
+            texts.lock_not_granted(tool.name, str(exc)),
         )
     state.held = held
     try:
@@ -234,7 +235,7 @@ class _LeaseHeld:
         if self._lease.fence is not None:
             self._lease.assert_fenced()
         elif self._lease.lost:
-            raise FenceError(f"The shared lock was lost ({self._lease.lost_reason}).")
+            raise FenceError(texts.shared_lock_lost(str(self._lease.lost_reason)))
         self.committed = True
 
     @property

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import redis
 
+from executor import _texts as texts
 from executor.lock import Lease
 from executor.wire import ErrorType, EventLog, Keys, ToolResult
 from workers.pipeline._chain import CallState, Proceed
@@ -44,8 +45,7 @@ def restate(state: CallState, proceed: Proceed) -> ToolResult:
             state.settings,
             state.started,
             ErrorType.LOCK_UNAVAILABLE,
-            f"{tool.name!r} did not run: its lock lease ended before the tool started (its "
-            "worker was paused or cut off from Redis). Call it again.",
+            texts.lease_ended_before_start(tool.name),
         )
     # A tool error may come from the loss itself (it cancels the call); the other errors
     # already say what happened, and a crash is a bug whose trace matters more.
@@ -53,18 +53,14 @@ def restate(state: CallState, proceed: Proceed) -> ToolResult:
         # Under a lost lease another call may have changed what this one saw or did. A tool
         # whose commit passed the fence (write_file, edit_file) landed under the lock: its
         # success stands.
-        advice = (
-            "Call it again." if tool.is_read_only else "Check its effects before calling it again."
-        )
-        ended = f" It ended with: {result.content[:300]}" if result.is_error else ""
+        ended_with = result.content if result.is_error else None
         return finish(
             state.call,
             tool,
             state.settings,
             state.started,
             ErrorType.LOCK_LOST,
-            f"{tool.name!r} ran, but the lock was lost while it ran, so its result may be "
-            f"inconsistent with concurrent changes. {advice}{ended}",
+            texts.lock_lost(tool.name, tool.is_read_only, ended_with),
         )
     return result
 

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from executor import FenceError, ToolError
+from executor import _texts as texts
 from executor.contract import Tool, ToolContext
 from executor.wire import ErrorType, ToolResult
 from workers.pipeline._chain import CallState
@@ -58,7 +59,7 @@ def run(state: CallState) -> ToolResult:
             state.settings,
             state.started,
             ErrorType.CANCELLED,
-            f"{tool.name!r} did not run: the call was cancelled.",
+            texts.turn_cancelled(tool.name),
         )
     outcome = _Outcome()
     task = _THREADS.start(lambda: _invoke(tool, context, arguments, outcome))
@@ -68,15 +69,13 @@ def run(state: CallState) -> ToolResult:
         # answer is the truth, where "stopped" would have the model redo a done write.
         done = task.wait(CLEANUP_GRACE)
     if not done:
-        landed = " after its write was committed" if context.committed else ""
         return finish(
             call,
             tool,
             state.settings,
             state.started,
             ErrorType.TIMEOUT,
-            f"Tool {tool.name!r} did not finish within {limit:g} s and was stopped{landed}. "
-            "Try a smaller request.",
+            texts.time_limit(tool.name, limit, context.committed),
         )
     keep = state.keep_full_output
     if outcome.error is not None:
@@ -106,10 +105,7 @@ def _classify(tool: Tool, error: BaseException) -> tuple[ErrorType, str]:
         return ErrorType.LOCK_LOST, str(error)
     if isinstance(error, ToolError):
         return ErrorType.TOOL_ERROR, str(error)
-    return (
-        ErrorType.UNEXPECTED_ERROR,
-        f"Tool {tool.name!r} failed unexpectedly: {type(error).__name__}: {error}",
-    )
+    return ErrorType.UNEXPECTED_ERROR, texts.tool_crashed(tool.name, error)
 
 
 def _to_text(value: Any) -> str:

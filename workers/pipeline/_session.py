@@ -16,6 +16,7 @@ from pathlib import Path
 import redis
 
 from executor import SessionError
+from executor import _texts as texts
 from executor.contract import ShellState, Workspace
 from executor.wire import ErrorType, SessionStore, ToolResult, check_session_name, session_scope
 from workers.pipeline._chain import CallState, Proceed
@@ -44,31 +45,19 @@ class EnterSession:
         if name is None:
             if self._pool_calls:
                 return proceed(state)
-            return _refuse(
-                state,
-                "this worker serves only sessions (it was started with "
-                "--sessions-root and no --workspace); name a session",
-            )
+            return _refuse(state, texts.sessions_only())
         try:
             check_session_name(name)  # the client checks it too; a job may come from elsewhere
         except SessionError as exc:
             return _refuse(state, str(exc).rstrip("."))
         if self._root is None:
-            return _refuse(
-                state,
-                "this worker serves no sessions (it was started without "
-                f"--sessions-root), so it cannot run a call of session {name!r}",
-            )
+            return _refuse(state, texts.no_sessions(name))
         entered = self._store.enter(name, self._host)
         if not entered.ok:
             return _refuse(state, entered.problem)
         folder = self._root / name
         if not folder.is_dir():
-            return _refuse(
-                state,
-                f"session {name!r} has no folder on host {self._host!r} "
-                f"({folder} is missing); delete the session and create it again",
-            )
+            return _refuse(state, texts.session_folder_missing(name, self._host, str(folder)))
         state.workspace = Workspace(folder)
         state.scope = session_scope(name)
 
@@ -87,5 +76,5 @@ class EnterSession:
 
 def _refuse(state: CallState, problem: str) -> ToolResult:
     call = state.call
-    message = f"{call.name!r} did not run: {problem}."
+    message = texts.session_refused(call.name, problem)
     return ToolResult.failure(call.id, call.name, ErrorType.UNKNOWN_SESSION, message)

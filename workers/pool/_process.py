@@ -14,6 +14,7 @@ import socket
 from collections.abc import Collection, Iterable, Mapping
 
 from executor import ConfigurationError, Settings, UnknownToolError
+from executor import _texts as texts
 from executor._rq.jobs import call_queue, named_queue
 from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor.contract import Tool, ToolInfo, ToolRegistry
@@ -36,8 +37,7 @@ class NotServedError(UnknownToolError):
     def __init__(self, name: str, available: Iterable[str], reason: str) -> None:
         super().__init__(name, available)
         self.reason = reason
-        listed = ", ".join(self.available) if self.available else "(none)"
-        self.args = (f"{name} is not served by this worker: {reason}. Tools it serves: {listed}.",)
+        self.args = (texts.withheld_by_worker(name, reason, self.available),)
 
 
 class ServedRegistry(ToolRegistry):

@@ -26,6 +26,7 @@ import redis
 from pydantic import ValidationError
 
 from executor import Settings, ToolpoolError
+from executor import _texts as texts
 from executor._connect import STANDARD, connect
 from executor._rq.jobs import (
     Execution,
@@ -179,11 +180,7 @@ class Reaper:
         call = job.call
         if self._results.get(call.id) is not None:
             return
-        message = (
-            f"The worker running {call.name!r} ({dead.name}, pid {dead.pid}) {dead.reason} "
-            "before it stored a result. The call may have run in part; check its effects "
-            "before calling it again."
-        )
+        message = texts.worker_lost(call.name, f"{dead.name}, pid {dead.pid}", dead.reason)
         lost = ToolResult.failure(call.id, call.name, ErrorType.WORKER_LOST, message)
         if self._results.publish(job.turn_id, lost, job.then):
             self._events(dead.name).emit(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from executor import FenceError, ToolError
+from executor import _texts as texts
 from executor.contract import ToolContext
 from workers.pipeline._commit import exclusive_commit
 
@@ -143,10 +144,7 @@ def _undo(target: Path, backup: Path | None) -> None:
         log.error(
             "toolpool: could not undo the write to %s after the lease was lost: %s", target, exc
         )
-        raise FenceError(
-            f"The write landed after this call lost the exclusive lock and could not be undone "
-            f"({exc.strerror}). Check the file before writing it again."
-        ) from None
+        raise FenceError(texts.write_not_undone(exc.strerror or str(exc))) from None
 
 
 def _sibling(target: Path, kind: str) -> Path:

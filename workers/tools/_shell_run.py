@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from executor import FenceError, ToolError
+from executor import _texts as texts
 from executor.contract import ToolContext
 from workers.tools._confine import Confinement
 
@@ -168,11 +169,7 @@ class ShellRun:
                     # bash cannot be fenced: the only safe answer to a lost lock is to stop it.
                     self._stop_group()
                     raise FenceError(
-                        "The command was stopped: this call could no longer prove that it "
-                        "holds the exclusive lock (its lease ran out, or Redis could not be "
-                        "reached), so another call may run now. The command and every process "
-                        "it started were killed; its effects may be incomplete, so check its "
-                        "effects before running it again. " + self._report("Output so far:")
+                        texts.command_stopped(self._report("Output so far:"))
                     ) from None
             self._pump(min(_POLL, deadline - now), ctx)
         if self.confinement is not None and self.confinement.sandboxed:

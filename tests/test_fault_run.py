@@ -59,7 +59,7 @@ def test_short_fault_run_finds_no_violation() -> None:
     kinds = {f.kind for f in harness.faults}
     assert {"kill_random", "redis_restart"} <= kinds, outcome.text
     # A fault aimed at a lock holder needs a holder at that instant, so the short run cannot
-    # promise one; the long run (scripts/fault_run.py) injects dozens.
+    # promise one; the long run (python -m tests.support.fault.run) injects dozens.
     assert outcome.figures["calls"] >= 250, outcome.text
     # Known faults (checks.KNOWN_FAULTS) are printed; anything else fails the test.
     assert outcome.unexpected == [], outcome.text

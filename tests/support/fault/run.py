@@ -1,6 +1,6 @@
 """The fault run: worker pools and orchestrators under load while faults are injected.
 
-    .venv/bin/python scripts/fault_run.py [--calls N] [--workers N] [--orchestrators N]
+    .venv/bin/python -m tests.support.fault.run [--calls N] [--workers N] [--orchestrators N]
         [--seconds S] [--lease-ms MS] [--max-faults N] [--fault-gap S] [--seed N]
         [--turn-timeout S] [--sessions N]
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import tempfile
 import threading
 import time
@@ -346,7 +347,7 @@ def _ran(folder: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``scripts/fault_run.py``: run once with the options in ``argv``; 1 on a new violation."""
+    """The command line: run once with the options in ``argv``; 1 on a new violation."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--workers", type=int, default=6)
@@ -376,3 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     outcome = Harness(config).run()
     print(outcome.text, flush=True)
     return 1 if outcome.unexpected else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

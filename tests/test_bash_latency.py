@@ -90,7 +90,7 @@ def _extra_ms(tool: Callable[[], str], reference: Callable[[], str], label: str)
 @pytest.fixture
 def context(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> ToolContext:
     # The tool's own loop against subprocess.run, so no sandbox and no cgroup (on some kernels
-    # a sleeping process in a cgroup wakes late); scripts/bench_sandbox.py measures their cost.
+    # a sleeping process in a cgroup wakes late); benchmarks.sandbox measures their cost.
     monkeypatch.setattr(_confine, "find_cgroups", lambda: Cgroups(None, None, None))
     return ToolContext(workspace=workspace, settings=Settings(bash_sandbox="off"))
 

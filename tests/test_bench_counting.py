@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.support.bench import counting
+from benchmarks import counting
 
 
 @pytest.fixture

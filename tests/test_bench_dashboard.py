@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.bench import dashboard as bench
-from tests.support.bench.sides import BenchError
-from tests.support.bench.viewers import Tally
+from benchmarks import dashboard as bench
+from benchmarks.sides import BenchError
+from benchmarks.viewers import Tally
 from tests.support.waiting import PATIENCE_S, gone
 
 _TINY = ["--runs", "1", "--seconds", "2", "--rate", "20", "--viewers", "2", "--workers", "1"]

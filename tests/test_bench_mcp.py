@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.support.bench import mcp as bench
-from tests.support.bench.sides import BenchError
+from benchmarks import mcp as bench
+from benchmarks.sides import BenchError
 from tests.support.waiting import gone
 
 _TINY = ["--runs", "1", "--calls", "2", "--warmup", "1"]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import sandbox as bench
 from executor.contract import Workspace
-from tests.support.bench import sandbox as bench
 from workers.tools import _cgroup, _confine
 from workers.tools._confine import Confinement
 from workers.tools._sandbox import Availability, probe

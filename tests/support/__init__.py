@@ -9,8 +9,10 @@
 - ``lock_proc``: the child process of the lock's multi-process proofs.
 - ``sample_tools``: a user's own tools, loaded by import string.
 - ``sessions``: worker groups serving sessions, and session helpers for the sessions proofs.
-- ``fault``: the fault run (``scripts/fault_run.py``, ``tests/test_fault_run.py``).
-- ``bench``: the benchmarks (``scripts/bench_*.py``).
+- ``fault``: the fault run (``python -m tests.support.fault.run``, ``tests/test_fault_run.py``).
+
+The benchmarks live in the top-level ``benchmarks`` package and import ``ports``, ``procs``,
+``pids`` and ``waiting`` from here.
 
 Child processes find this package through ``procs.python_path_env``: the repository root on
 ``PYTHONPATH``.

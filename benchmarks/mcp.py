@@ -1,6 +1,6 @@
 """One ``tools/call`` through MCP against ``Executor.run`` of the same call, in the same run.
 
-Usage: ``python scripts/bench_mcp.py [--runs 3] [--calls 200] [--warmup 20] [--mode auto]``.
+Usage: ``python -m benchmarks.mcp [--runs 3] [--calls 200] [--warmup 20] [--mode auto|legacy]``.
 A private redis-server and two worker processes serving the built-in tools (bash's sandbox
 off) on a temporary workspace that holds one small file; three sides call them:
 
@@ -49,18 +49,18 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmarks.entry import at_least, run_bench
+from benchmarks.sides import BenchError, Pool, start_builtin_workers
 from executor import Settings, ToolCall
 from executor.client import Executor
 from executor.wire import ToolStatus
-from tests.support.bench.entry import at_least, run_bench
-from tests.support.bench.sides import BenchError, Pool, start_builtin_workers
 from tests.support.pids import parent_of, processes_where
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
 from tests.support.waiting import gone
 from workers._embedded_redis import RedisServer
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 EXECUTOR, STDIO, HTTP = "Executor.run", "MCP stdio", "MCP HTTP"
 SIDES = (EXECUTOR, STDIO, HTTP)
 MODES = ("auto", "legacy")
@@ -512,3 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_bench(
         lambda: run(args), (BenchError,), stopped="Redis, workers and MCP servers stopped"
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

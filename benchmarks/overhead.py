@@ -1,6 +1,6 @@
 """Where toolpool's time per call goes on a worker, timed in this process (no RQ around it).
 
-Used by ``scripts/bench_calls.py``, against the benchmark's private Redis, after its worker
+Used by ``benchmarks.calls``, against the benchmark's private Redis, after its worker
 processes have stopped. ``WorkerRuntime.execute`` runs noop calls with timers wrapped around
 the parts it uses (the opening events' flush, the lock's acquire, the store's one closing
 round trip: the lease's release, the closing events, the result and the claim's release), so
@@ -22,10 +22,10 @@ from typing import Any
 
 import redis
 
+from benchmarks.workers import bench_registry
 from executor import Settings
 from executor.client import Executor
 from executor.wire import CallJob, ToolCall
-from tests.support.bench.workers import bench_registry
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.pipeline._runtime import WorkerRuntime
 from workers.pipeline._store import Store

@@ -1,6 +1,6 @@
 """What bash's confinement costs per call, against unconfined bash, measured in the same run.
 
-Usage: ``python scripts/bench_sandbox.py [--runs 3] [--calls 60] [--warmup 3]
+Usage: ``python -m benchmarks.sandbox [--runs 3] [--calls 60] [--warmup 3]
 [--only true,sleep]``. The tool is called in-process, as the tests call it (validate, then
 invoke), in a temporary workspace removed at the end, in three modes:
 
@@ -37,9 +37,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.entry import at_least, run_bench
 from executor import Settings, ToolContext, ToolError
 from executor.contract import Workspace
-from tests.support.bench.entry import at_least, run_bench
 from workers.tools import _confine
 from workers.tools._cgroup import Cgroups
 from workers.tools._confine import describe
@@ -282,3 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         (BenchError, ToolError),
         stopped="the running call and the workspace were cleaned up",
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""hiredis against redis-py's own Python parser, side by side in one run of ``bench_calls.py``.
+"""hiredis against redis-py's own Python parser, side by side in one run of ``benchmarks.calls``.
 
 Two benches share the Redis, each with its own queues and one worker a side: one whose
 processes make every connection with redis-py's pure-Python RESP parser (the connection's
@@ -14,9 +14,9 @@ import argparse
 import statistics
 from contextlib import ExitStack
 
+from benchmarks import counting
+from benchmarks.sides import Bench, BenchError
 from executor import Settings
-from tests.support.bench import counting
-from tests.support.bench.sides import Bench, BenchError
 from workers._embedded_redis import RedisServer
 
 _LABELS = {counting.PYTHON_PARSER: "Python parser", counting.DEFAULT_PARSER: "hiredis"}

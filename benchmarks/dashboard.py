@@ -1,6 +1,6 @@
 """Does ``toolpool dashboard`` with live viewers slow the pool? Measured side by side.
 
-Usage: ``python scripts/bench_dashboard.py [--runs 3] [--seconds 10] [--rate 100]
+Usage: ``python -m benchmarks.dashboard [--runs 3] [--seconds 10] [--rate 100]
 [--viewers 10] [--workers 2]``.
 
 A private redis-server and ``--workers`` worker processes serving the built-in tools (bash's
@@ -61,17 +61,17 @@ from typing import Any
 
 import redis
 
+from benchmarks.entry import at_least, run_bench
+from benchmarks.sides import BenchError, Pool, start_builtin_workers
+from benchmarks.viewers import HOST, Viewers, viewers
 from executor import Settings, ToolCall
 from executor.client import Executor
 from executor.wire import Keys, ToolStatus
-from tests.support.bench.entry import at_least, run_bench
-from tests.support.bench.sides import BenchError, Pool, start_builtin_workers
-from tests.support.bench.viewers import HOST, Viewers, viewers
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
 from workers._embedded_redis import RedisServer
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 WITHOUT, WITH = "without dashboard", "with dashboard"
 CLIENTS = 4
 WARM_S = 2.0
@@ -600,3 +600,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_bench(
         lambda: run(args), (BenchError,), stopped="Redis, workers, dashboard and viewers stopped"
     )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

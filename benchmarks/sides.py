@@ -1,4 +1,4 @@
-"""The two sides ``scripts/bench_calls.py`` measures: toolpool's Executor and raw RQ.
+"""The two sides ``benchmarks.calls`` measures: toolpool's Executor and raw RQ.
 
 ``Bench`` holds the private Redis, the Executor, the raw RQ queue and the worker processes
 (started with multiprocessing's "spawn" method, stopped by their PIDs), and runs one
@@ -24,17 +24,17 @@ from rq.registry import StartedJobRegistry
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from executor import Settings
-from executor.client import Executor
-from executor.wire import Keys, ToolStatus, read_catalog
-from tests.support.bench.counting import paused
-from tests.support.bench.workers import (
+from benchmarks.counting import paused
+from benchmarks.workers import (
     TRIVIAL,
     bench_registry,
     run_raw_worker,
     run_toolpool_worker,
     serve_builtin_tools,
 )
+from executor import Settings
+from executor.client import Executor
+from executor.wire import Keys, ToolStatus, read_catalog
 from workers._embedded_redis import RedisServer
 
 _SPAWN = multiprocessing.get_context("spawn")

@@ -1,6 +1,6 @@
 """Compare toolpool's grep tool with ripgrep and GNU ``grep -rniE`` on a real source tree.
 
-Usage: ``python scripts/bench_grep.py [TREE] [--runs N] [--repeat R]``; TREE defaults to this
+Usage: ``python -m benchmarks.grep [TREE] [--runs N] [--repeat R]``; TREE defaults to this
 venv's site-packages. For each pattern it prints the number of matching lines our tool
 returned and the wall time of our tool (through the real runner), of ``rg`` run directly and
 of GNU grep, each the median of N runs, as min / median / max over R rounds, and the ratios
@@ -187,3 +187,7 @@ def _time_shell(command: str, runs: int, capped: bool) -> float:
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""What the processes of ``scripts/bench_calls.py`` run: its tools, its workers, raw RQ's job.
+"""What the processes of ``benchmarks.calls`` run: its tools, its workers, raw RQ's job.
 
 Kept apart from the benchmark's other modules so that spawned children import only this (and
 what it imports), and so that raw RQ's workers can import ``trivial`` by name.
@@ -16,12 +16,12 @@ from pydantic import Field
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
+from benchmarks.counting import start_reporting
 from executor import Settings
 from executor.contract import ToolContext, ToolRegistry, tool
-from tests.support.bench.counting import start_reporting
 
 # The import path raw RQ's workers resolve (spawned children inherit the parent's sys.path).
-TRIVIAL = "tests.support.bench.workers.trivial"
+TRIVIAL = "benchmarks.workers.trivial"
 
 
 @tool(concurrency_safe=True, read_only=True)

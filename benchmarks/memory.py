@@ -24,10 +24,10 @@ from typing import Any
 
 import redis
 
+from benchmarks.sides import Bench, BenchError
 from executor import Settings
 from executor.client import Turn
 from executor.wire import ToolStatus
-from tests.support.bench.sides import Bench, BenchError
 from workers._embedded_redis import RedisServer
 
 _SAMPLE = 300

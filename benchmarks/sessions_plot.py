@@ -1,4 +1,4 @@
-"""The figure of ``scripts/bench_sessions.py``: the headline and the sweep, as a PNG.
+"""The figure of ``benchmarks.sessions``: the headline and the sweep, as a PNG.
 
 Drawn with matplotlib (the ``bench`` extra, ``pip install -e '.[bench]'``); without it the
 benchmark prints its figures and says the PNG was not written.
@@ -10,8 +10,8 @@ import os
 import statistics
 from pathlib import Path
 
-from tests.support.bench.figure import save, two_panels
-from tests.support.bench.sessions import (
+from benchmarks.figure import save, two_panels
+from benchmarks.session_shape import (
     CALLS,
     HEADLINE_AGENTS,
     HEADLINE_WORKERS,

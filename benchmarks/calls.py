@@ -1,6 +1,6 @@
 """Measure toolpool's calls against raw RQ, side by side on one private Redis.
 
-Usage: ``python scripts/bench_calls.py [--calls 2000] [--workers 1,4] [--repeat 3]
+Usage: ``python -m benchmarks.calls [--calls 2000] [--workers 1,4] [--repeat 3]
 [--samples 200] [--batch-workers 4,8] [--profile] [--quick] [--only PARTS] [--steady]
 [--steady-s 600]``.
 Prints, in one run (``--only`` picks some of the parts named in brackets):
@@ -40,19 +40,19 @@ from typing import Any, TypeVar
 import redis
 import rq
 
-from executor import Settings
-from tests.support.bench import counting
-from tests.support.bench.entry import run_bench
-from tests.support.bench.memory import measure_retained, measure_steady
-from tests.support.bench.overhead import (
+from benchmarks import counting
+from benchmarks.entry import run_bench
+from benchmarks.memory import measure_retained, measure_steady
+from benchmarks.overhead import (
     format_parts,
     measure_parts,
     profile_worker,
     redis_command_counts,
 )
-from tests.support.bench.parsers import measure_parsers
-from tests.support.bench.roundtrips import measure_trips
-from tests.support.bench.sides import Bench, BenchError, Burst
+from benchmarks.parsers import measure_parsers
+from benchmarks.roundtrips import measure_trips
+from benchmarks.sides import Bench, BenchError, Burst
+from executor import Settings
 from workers._embedded_redis import RedisServer
 
 _PROFILE_BELOW = 1 / 3
@@ -446,3 +446,7 @@ def _run_overhead(bench: Bench, rates: dict[int, tuple[float, float]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
     return run_bench(lambda: run(args), (BenchError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,7 +1,8 @@
-"""Measure toolpool's distributed reader/writer lock on a private redis-server .
+"""Measure toolpool's distributed reader/writer lock on a private redis-server.
 
-Usage: ``python scripts/bench_lock.py [--runs 2000] [--hand-offs 300] [--seconds 3]
-[--rp-attempts 3]``. Starts its own redis-server (unix socket, nothing persisted), then prints:
+Usage: ``python -m benchmarks.lock [--runs 2000] [--hand-offs 300] [--seconds 3]
+[--fair-attempts 20] [--rp-attempts 3]``. Starts its own redis-server (unix socket, nothing
+persisted), then prints:
 
 - uncontended acquire+release latency, shared and exclusive (p50, p99);
 - hand-off latency: a holder here releases, a waiter blocked in another process is granted
@@ -344,3 +345,7 @@ def main() -> int:
     for row in rows:
         print(f"{row.measurement:<{width}}  {row.figure:<{figure_width}}  {row.detail}")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,15 +1,17 @@
 """Measure what sessions buy: agents whose exclusive calls no longer share one lock.
 
-Usage: ``python scripts/bench_sessions.py [--runs 3] [--quick] [--plot PATH]``. An agent is a
-thread with an Executor of its own that runs one turn of 5 ``bash`` calls of ``sleep 0.2``;
-the calls of a turn are exclusive, so they run one after another. Prints, in one run:
+Usage: ``python -m benchmarks.sessions [--runs 3] [--quick] [--plot PATH]``. The figure
+(default ``docs/figures-sessions.png``; none with ``--quick`` unless ``--plot`` is given) needs
+matplotlib; without it the figures are printed only. An agent is a thread with an Executor of
+its own that runs one turn of 5 ``bash`` calls of ``sleep 0.2``; the calls of a turn are
+exclusive, so they run one after another. Prints, in one run:
 
 - the headline, ``--runs`` times: 8 agents on 4 workers, each in a session of its own,
   against the same 8 agents without sessions (every exclusive call in the one global scope);
 - a sweep of workers 1/2/4/8 against sessions 1/8/32 (one agent per session; the 1-session
   row is 8 agents sharing one session), one run a cell;
 - a session created from a big template (site-packages) against ``cp -a`` of it, ``--runs``
-  times (``tests.support.bench.session_create``);
+  times (``benchmarks.session_create``);
 - where the time goes, from the workers' events: how long a call holds its lock (the bash
   run) and how long a worker takes from one call's release to its next call's grant (dispatch;
   with fewer sessions than workers, waits for the session's lock too).
@@ -44,66 +46,32 @@ import redis
 import rq
 from rq import Worker
 
+from benchmarks.calls import _load, _spread
+from benchmarks.entry import run_bench
+from benchmarks.session_create import measure_create
+from benchmarks.session_shape import (
+    CALLS,
+    HEADLINE_AGENTS,
+    HEADLINE_WORKERS,
+    SHARED_AGENTS,
+    SLEEP_S,
+    TARGET,
+    Measured,
+    Shape,
+)
+from benchmarks.sessions_plot import plot
+from benchmarks.sides import BenchError, Pool
+from benchmarks.workers import run_toolpool_worker
 from executor import Executor, SessionError, Sessions, Settings, ToolStatus
 from executor.wire import Event, Keys, read_events
-from tests.support.bench.calls import _load, _spread
-from tests.support.bench.entry import run_bench
-from tests.support.bench.session_create import measure_create
-from tests.support.bench.sides import BenchError, Pool
-from tests.support.bench.workers import run_toolpool_worker
 from workers._embedded_redis import RedisServer
 
-CALLS = 5
-SLEEP_S = 0.2
-HEADLINE_AGENTS = 8
-HEADLINE_WORKERS = 4
-# The 1-session row of the sweep: this many agents share the one session.
-SHARED_AGENTS = 8
-TARGET = 0.85
-DEFAULT_PLOT = Path(__file__).resolve().parents[3] / "docs" / "figures-sessions.png"
+DEFAULT_PLOT = Path(__file__).resolve().parents[1] / "docs" / "figures-sessions.png"
 _SWEEP_WORKERS = (1, 2, 4, 8)
 _SWEEP_SESSIONS = (1, 8, 32)
 _QUICK_WORKERS = (2, 4)
 _QUICK_SESSIONS = (1, 8)
 _PATIENCE_S = 90.0
-
-
-@dataclass(frozen=True)
-class Shape:
-    """One configuration: workers, sessions (0: none, the one global scope) and agents."""
-
-    workers: int
-    sessions: int
-    agents: int
-
-    @property
-    def label(self) -> str:
-        if self.sessions == 0:
-            return "no sessions"
-        return f"{self.sessions} session{'s' if self.sessions > 1 else ''}"
-
-    @property
-    def ideal_s(self) -> float:
-        """The work over the workers, but no faster than one scope's calls in a row."""
-        per_scope_agents = math.ceil(self.agents / self.sessions) if self.sessions else 1
-        return max(self.agents * CALLS * SLEEP_S / self.workers, per_scope_agents * CALLS * SLEEP_S)
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One run of a shape: its wall time, the calls that did not end ``exit code: 0``, and
-    from the workers' events the median hold of a call (lock granted to released: the bash
-    run) and the median gap between two calls of one worker (dispatch, and lock waits)."""
-
-    shape: Shape
-    wall_s: float
-    failed: int
-    hold_s: float
-    gap_s: float
-
-    @property
-    def efficiency(self) -> float:
-        return self.shape.ideal_s / self.wall_s
 
 
 @dataclass(frozen=True)
@@ -431,9 +399,6 @@ def _run_all(bench: SessionBench) -> None:
     if args.plot is None:
         bench.out("\nno figure (--quick; --plot PATH draws one)")
     else:
-        # Here, not at the top: the figure's module takes its constants from this one.
-        from tests.support.bench.sessions_plot import plot
-
         bench.out(f"\n{plot(args.plot, headline, sweep)}")
     bench.out(f"\nload average at end: {_load()}")
     bench.out("\nSummary")
@@ -444,3 +409,7 @@ def _run_all(bench: SessionBench) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
     return run_bench(lambda: run(args), (BenchError, SessionError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

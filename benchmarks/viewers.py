@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from tests.support.bench.sides import BenchError, Pool
+from benchmarks.sides import BenchError, Pool
 
 HOST = "127.0.0.1"
 _STATE, _EVENT = b"event: state\n", b"event: event\n"

@@ -1,6 +1,6 @@
 """How toolpool scales with workers and turn size: calls/s and per-call latency.
 
-Usage: ``python scripts/bench_scale.py [--workers 1,2,4,8] [--turns 1,8,32] [--seconds 6]
+Usage: ``python -m benchmarks.scale [--workers 1,2,4,8] [--turns 1,8,32] [--seconds 6]
 [--warm-s 1] [--figure docs/figures-scale.png] [--markdown PATH] [--quick]``.
 
 For each worker count, a pool of that many toolpool worker processes (SimpleWorker, spawned,
@@ -29,12 +29,12 @@ from typing import Any
 import redis
 import rq
 
+from benchmarks.entry import run_bench
+from benchmarks.sides import Bench, BenchError
+from benchmarks.workers import bench_registry
 from executor import Settings
 from executor.client import Executor
 from executor.wire import ToolStatus
-from tests.support.bench.entry import run_bench
-from tests.support.bench.sides import Bench, BenchError
-from tests.support.bench.workers import bench_registry
 from workers._embedded_redis import RedisServer
 
 FIGURE = Path("docs/figures-scale.png")
@@ -182,7 +182,7 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> None:
-    from tests.support.bench.scale_plot import plot
+    from benchmarks.scale_plot import plot
 
     workspace = Path(tempfile.mkdtemp(prefix="toolpool-bench-scale-"))
     cells: list[Cell] = []
@@ -233,3 +233,7 @@ def run(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _options(argv)
     return run_bench(lambda: run(args), (BenchError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The figure of ``scripts/bench_scale.py``: calls/s and per-call latency against workers.
+"""The figure of ``benchmarks.scale``: calls/s and per-call latency against workers.
 
 Drawn with matplotlib (the ``bench`` extra, ``pip install -e '.[bench]'``); without it the
 benchmark prints its table and says the PNG was not written.
@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tests.support.bench.figure import save, two_panels
-from tests.support.bench.scale import Cell
+from benchmarks.figure import save, two_panels
+
+if TYPE_CHECKING:
+    # Only a type here: at run time this module would load a second copy of the module that
+    # ``python -m benchmarks.scale`` runs as ``__main__``.
+    from benchmarks.scale import Cell
 
 
 def plot(path: Path, cells: list[Cell], seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""Redis round trips per call on each side, toolpool against raw RQ, for ``bench_calls.py``.
+"""Redis round trips per call on each side, toolpool against raw RQ, for ``benchmarks.calls``.
 
 The client side is this process (the Executor, or raw RQ's enqueue and ``latest_result``);
 the worker side is the sum over the worker processes, which count their own and report on
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.support.bench import counting
-from tests.support.bench.sides import Bench
+from benchmarks import counting
+from benchmarks.sides import Bench
 
 GOAL_CLIENT = 3.0
 

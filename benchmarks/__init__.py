@@ -1,0 +1,13 @@
+"""toolpool's benchmarks, each run as ``python -m benchmarks.NAME [options]`` from a checkout.
+
+``calls`` (toolpool against raw RQ) with its parts ``sides`` (the two sides), ``overhead``
+(where a call's time goes) and ``workers`` (what its spawned processes run); ``lock`` (the
+reader/writer lock); ``grep`` (the grep tool against ripgrep and GNU grep); ``sessions`` and
+``scale``; ``sandbox`` (bash's sandbox against unconfined bash); ``mcp`` (one MCP
+``tools/call`` over stdio and HTTP against ``Executor.run``); ``dashboard`` (the pool with and
+without ``toolpool dashboard``'s live viewers). ``entry`` runs any of them.
+
+Not part of the wheel: the editable install (``scripts/test``, ``scripts/demo``) puts the
+repository root on ``sys.path``, so this package and the ``tests.support`` helpers it shares
+with the tests import in every process a benchmark spawns.
+"""

@@ -20,51 +20,61 @@ by ``executor.lock``, included)::
     └── ToolError                 raised inside a tool: its message is shown to the model
         ├── WorkspaceError        a path that escapes the workspace root
         └── FenceError            a fenced commit refused because the lock was lost
+
+Each name loads its module on first use (``executor.X``, ``from executor import X``), so
+importing ``executor`` or one of its subpackages loads only what that code needs: a worker,
+which imports ``executor.contract`` and ``executor.wire``, never loads the client.
 """
 
-from executor._errors import (
-    ConfigurationError,
-    DuplicateToolError,
-    FenceError,
-    InvalidArgumentsError,
-    NoWorkerError,
-    RedisUnavailable,
-    SessionError,
-    ToolDefinitionError,
-    ToolError,
-    ToolpoolError,
-    TurnError,
-    UnknownToolError,
-    WorkspaceError,
-)
-from executor._settings import Settings, TruncationPolicy
-from executor._truncation import Truncation, truncate
-from executor.client import (
-    AsyncExecutor,
-    Executor,
-    Sessions,
-    Turn,
-    anthropic_tool_results,
-    openai_tool_messages,
-)
-from executor.contract import (
-    Tool,
-    ToolContext,
-    ToolInfo,
-    ToolRegistry,
-    Workspace,
-    export_tools,
-    load_registry,
-    tool,
-)
-from executor.wire import (
-    Catalog,
-    ErrorType,
-    SessionInfo,
-    ToolCall,
-    ToolResult,
-    ToolStatus,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from executor._errors import (
+        ConfigurationError,
+        DuplicateToolError,
+        FenceError,
+        InvalidArgumentsError,
+        NoWorkerError,
+        RedisUnavailable,
+        SessionError,
+        ToolDefinitionError,
+        ToolError,
+        ToolpoolError,
+        TurnError,
+        UnknownToolError,
+        WorkspaceError,
+    )
+    from executor._settings import Settings, TruncationPolicy
+    from executor._truncation import Truncation, truncate
+    from executor.client import (
+        AsyncExecutor,
+        Executor,
+        Sessions,
+        Turn,
+        anthropic_tool_results,
+        openai_tool_messages,
+    )
+    from executor.contract import (
+        Tool,
+        ToolContext,
+        ToolInfo,
+        ToolRegistry,
+        Workspace,
+        export_tools,
+        load_registry,
+        tool,
+    )
+    from executor.wire import (
+        Catalog,
+        ErrorType,
+        SessionInfo,
+        ToolCall,
+        ToolResult,
+        ToolStatus,
+    )
 
 __all__ = [
     "AsyncExecutor",
@@ -105,3 +115,61 @@ __all__ = [
     "tool",
     "truncate",
 ]
+
+# Where each public name is defined: ``__getattr__`` imports that module on first use. An explicit
+# table, so a reader (and the test that resolves every name) sees where each name comes from.
+_MODULE_OF: dict[str, str] = {
+    "AsyncExecutor": "executor.client",
+    "Catalog": "executor.wire",
+    "ConfigurationError": "executor._errors",
+    "DuplicateToolError": "executor._errors",
+    "ErrorType": "executor.wire",
+    "Executor": "executor.client",
+    "FenceError": "executor._errors",
+    "InvalidArgumentsError": "executor._errors",
+    "NoWorkerError": "executor._errors",
+    "RedisUnavailable": "executor._errors",
+    "SessionError": "executor._errors",
+    "SessionInfo": "executor.wire",
+    "Sessions": "executor.client",
+    "Settings": "executor._settings",
+    "Tool": "executor.contract",
+    "ToolCall": "executor.wire",
+    "ToolContext": "executor.contract",
+    "ToolDefinitionError": "executor._errors",
+    "ToolError": "executor._errors",
+    "ToolInfo": "executor.contract",
+    "ToolRegistry": "executor.contract",
+    "ToolResult": "executor.wire",
+    "ToolStatus": "executor.wire",
+    "ToolpoolError": "executor._errors",
+    "Truncation": "executor._truncation",
+    "TruncationPolicy": "executor._settings",
+    "Turn": "executor.client",
+    "TurnError": "executor._errors",
+    "UnknownToolError": "executor._errors",
+    "Workspace": "executor.contract",
+    "WorkspaceError": "executor._errors",
+    "anthropic_tool_results": "executor.client",
+    "export_tools": "executor.contract",
+    "load_registry": "executor.contract",
+    "openai_tool_messages": "executor.client",
+    "tool": "executor.contract",
+    "truncate": "executor._truncation",
+}
+
+if not TYPE_CHECKING:
+    # Defined for the interpreter only: a type checker that saw a module ``__getattr__`` would
+    # accept any name from here, a misspelt one included, as an ``object``.
+    def __getattr__(name: str) -> object:
+        """A public name, imported from its module on first use and kept here after."""
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -23,7 +23,7 @@
 ``executor`` exports all but the lock's, which ``executor.lock`` exports with the lock. Two
 worker-side subclasses stay with their code, since they never reach an orchestrator (each
 becomes a call's result): ``workers.pool._process.NotServedError`` (an ``UnknownToolError``: a
-tool the worker withholds) and ``workers.pipeline._commit.CommitBusy`` (a ``ToolError``: the
+tool the worker withholds) and ``workers._commit.CommitBusy`` (a ``ToolError``: the
 workspace's commit lock not had in time).
 
 Errors raised inside a tool never escape the runner: they become a ``ToolResult`` with

@@ -29,7 +29,7 @@ from tests.support import dist_tools
 from tests.support.expect import ok
 from tests.support.procs import Workers, events, named
 from tests.support.waiting import wait_for
-from workers.pipeline._commit import CommitBusy, commit_barrier, exclusive_commit
+from workers._commit import CommitBusy, commit_barrier, exclusive_commit
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools import edit_file, write_file
 from workers.tools._atomic import replace_file
@@ -328,7 +328,7 @@ def test_a_file_system_without_locks_is_a_clear_error(
     def refuse(fd: int, operation: int) -> None:
         raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
 
-    monkeypatch.setattr("workers.pipeline._commit.fcntl.flock", refuse)
+    monkeypatch.setattr("workers._commit.fcntl.flock", refuse)
     target = workspace.root / "data.txt"
     target.write_text("old")
     with pytest.raises(ToolError, match=r"refuses file locks .* nothing was changed"):

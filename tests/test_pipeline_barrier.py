@@ -7,8 +7,8 @@ import threading
 import pytest
 
 from executor.contract import Workspace
+from workers._commit import CommitBusy, exclusive_commit
 from workers.pipeline._barrier import CommitBarrier
-from workers.pipeline._commit import CommitBusy, exclusive_commit
 
 
 def test_no_commit_in_flight_passes_at_once(workspace: Workspace) -> None:

@@ -32,8 +32,8 @@ from executor import (
 from executor.contract import Workspace
 from executor.lock import EXCLUSIVE, SHARED, RWLock
 from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
+from workers._commit import CommitBusy
 from workers.pipeline._chain import CallState, Held
-from workers.pipeline._commit import CommitBusy
 from workers.pipeline._lock import LeaseGuard, lock
 from workers.pipeline._lock_loss import LockLoss
 from workers.pipeline._store import Store

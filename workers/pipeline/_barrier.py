@@ -1,7 +1,7 @@
 """Commit barrier: right after a grant, wait until no earlier holder's commit is in flight.
 
 A holder whose lease just ended may still be inside its commit (it undoes the commit if so,
-see ``workers.pipeline._commit``); the call just granted must see the workspace after that,
+see ``workers._commit``); the call just granted must see the workspace after that,
 not during it. The lease guard (``workers.pipeline._lock``) passes the barrier between the
 grant and announcing it: a barrier that fails gives the lease back, and the call did not run.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workers.pipeline._commit import commit_barrier
+from workers._commit import commit_barrier
 
 
 class CommitBarrier:

@@ -14,7 +14,7 @@ from pathlib import Path
 from executor import FenceError, ToolError
 from executor import _texts as texts
 from executor.contract import ToolContext
-from workers.pipeline._commit import exclusive_commit
+from workers._commit import exclusive_commit
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def replace_file(
 
     The bytes go to a hidden temporary file in the target's directory (a rename within one
     directory cannot cross file systems) and are synced to disk. Then, under the workspace's
-    commit lock (``workers.pipeline._commit``): the call must not be cancelled, the fence must
+    commit lock (``workers._commit``): the call must not be cancelled, the fence must
     hold, and
     the target must still be the version ``expect`` names (when given: an edit was computed from
     it); the temporary file is renamed over the target, and the fence is checked again. If the

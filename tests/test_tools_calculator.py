@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from executor import ErrorType, ToolResult, ToolStatus
-from workers.tools.calculator import calculator
+from workers.tools import calculator
 
 RunTool = Callable[..., ToolResult]
 

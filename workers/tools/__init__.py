@@ -1,31 +1,23 @@
-"""The nine built-in tools, and the registry that holds them."""
+"""The nine built-in tools, and the registry that holds them.
+
+Each name loads its module on first use, so importing a module of this package loads no tool
+it does not import itself (grep's helper process imports its search modules with the standard
+library alone). No module here bears a tool's name: once imported, it would take the tool's
+place in this package.
+"""
 
 from __future__ import annotations
 
-from executor.contract import ToolRegistry
-from workers.tools.calculator import calculator
-from workers.tools.files import edit_file, list_directory, read_file, write_file
-from workers.tools.search import glob, grep
-from workers.tools.shell import bash
-from workers.tools.weather import get_weather
+import importlib
+from typing import TYPE_CHECKING
 
-BUILTIN_TOOLS = (
-    get_weather,
-    calculator,
-    read_file,
-    write_file,
-    list_directory,
-    edit_file,
-    glob,
-    grep,
-    bash,
-)
-
-
-def builtin_registry() -> ToolRegistry:
-    """A new registry with the nine built-in tools, in their listed order."""
-    return ToolRegistry(BUILTIN_TOOLS)
-
+if TYPE_CHECKING:
+    from workers.tools._builtin import BUILTIN_TOOLS, builtin_registry
+    from workers.tools.arithmetic import calculator
+    from workers.tools.files import edit_file, list_directory, read_file, write_file
+    from workers.tools.search import glob, grep
+    from workers.tools.shell import bash
+    from workers.tools.weather import get_weather
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -40,3 +32,33 @@ __all__ = [
     "read_file",
     "write_file",
 ]
+
+# Where each public name is defined: ``__getattr__`` imports that module on first use.
+_MODULE_OF: dict[str, str] = {
+    "BUILTIN_TOOLS": "workers.tools._builtin",
+    "bash": "workers.tools.shell",
+    "builtin_registry": "workers.tools._builtin",
+    "calculator": "workers.tools.arithmetic",
+    "edit_file": "workers.tools.files",
+    "get_weather": "workers.tools.weather",
+    "glob": "workers.tools.search",
+    "grep": "workers.tools.search",
+    "list_directory": "workers.tools.files",
+    "read_file": "workers.tools.files",
+    "write_file": "workers.tools.files",
+}
+
+if not TYPE_CHECKING:
+    # For the interpreter only: a type checker that saw it would accept any name from here.
+    def __getattr__(name: str) -> object:
+        """A public name, imported from its module on first use and kept here after."""
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

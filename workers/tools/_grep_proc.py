@@ -37,16 +37,11 @@ _ANSWER_GRACE_S = 0.5
 _POLL_S = 0.05
 _MAX_IDLE = 4
 _ROOT = str(Path(__file__).resolve().parents[2])
-# The packages' __init__ modules import every tool (pydantic and all, 0.2 s); the helper needs
-# only the search modules, so it gets bare package entries that just say where the files are.
+# -S -E: the standard library alone, which is all the search modules import (the packages'
+# faces load their tools on first use, so importing this module loads none).
 _BOOT = """\
-import sys, types
-root = sys.argv[1]
-sys.path.insert(0, root)
-for name in ("workers", "workers.tools"):
-    package = types.ModuleType(name)
-    package.__path__ = [root + "/" + name.replace(".", "/")]
-    sys.modules[name] = package
+import sys
+sys.path.insert(0, sys.argv[1])
 from workers.tools._grep_proc import serve
 serve()
 """

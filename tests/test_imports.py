@@ -21,7 +21,7 @@ from workers.tools import _grep_proc
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every package face that loads its names on first use.
-FACES = ["executor", "workers", "workers.cli", "workers.pipeline", "workers.tools"]
+FACES = ["executor", "executor.wire", "workers", "workers.cli", "workers.pipeline", "workers.tools"]
 
 # What only an orchestrator uses: a worker that loaded one of these would pay for it at every
 # start of a pool child.
@@ -75,6 +75,12 @@ def test_the_tool_contract_loads_no_client() -> None:
     names = _loaded("import executor.contract")
     assert "executor.contract._tool" in names
     assert _under(names, "executor.client") == []
+
+
+def test_the_lock_loads_neither_rq_nor_the_tool_contract() -> None:
+    names = _loaded("import executor.lock")
+    assert "executor.lock._rwlock" in names
+    assert _under(names, "rq", "executor._rq", "executor.contract") == []
 
 
 def test_importing_the_face_loads_none_of_its_names() -> None:

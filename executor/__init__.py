@@ -28,8 +28,9 @@ which imports ``executor.contract`` and ``executor.wire``, never loads the clien
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from executor._lazy import face
 
 if TYPE_CHECKING:
     from executor._errors import (
@@ -159,17 +160,6 @@ _MODULE_OF: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:
-    # Defined for the interpreter only: a type checker that saw a module ``__getattr__`` would
-    # accept any name from here, a misspelt one included, as an ``object``.
-    def __getattr__(name: str) -> object:
-        """A public name, imported from its module on first use and kept here after."""
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    # For the interpreter only: a type checker that saw a module ``__getattr__`` would accept
+    # any name from here, a misspelt one included, as an ``object``.
+    __getattr__, __dir__ = face(__name__, _MODULE_OF, globals(), __all__)

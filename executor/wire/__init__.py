@@ -9,8 +9,9 @@ the catalog nor, with it, the tool contract.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from executor._lazy import face
 
 if TYPE_CHECKING:
     from executor._errors import NotServedOnQueue, NoWorkerError
@@ -145,16 +146,6 @@ _MODULE_OF: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:
-    # For the interpreter only: a type checker that saw it would accept any name from here.
-    def __getattr__(name: str) -> object:
-        """A public name, imported from its module on first use and kept here after."""
-        module = _MODULE_OF.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    # For the interpreter only: a type checker that saw a module ``__getattr__`` would accept
+    # any name from here, a misspelt one included, as an ``object``.
+    __getattr__, __dir__ = face(__name__, _MODULE_OF, globals(), __all__)

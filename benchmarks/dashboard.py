@@ -70,6 +70,7 @@ from executor.wire import Keys, ToolStatus
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
 from workers._embedded_redis import RedisServer
+from workers.tools._shell_settings import BashSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 WITHOUT, WITH = "without dashboard", "with dashboard"
@@ -525,7 +526,9 @@ def run(args: argparse.Namespace) -> None:
         workspace.mkdir()
         (workspace / SMALL_FILE).write_text(SMALL_TEXT)
         server = stack.enter_context(RedisServer())
-        settings = Settings(redis_url=server.url, workspace=workspace, bash_sandbox="off")
+        settings = Settings(
+            redis_url=server.url, workspace=workspace, tools=[BashSettings(sandbox="off")]
+        )
         pool = Pool()
         stack.callback(pool.stop)
         start_builtin_workers(pool, server.url, settings, args.workers, "dash")
@@ -552,7 +555,7 @@ def run(args: argparse.Namespace) -> None:
             "redis": _running(server.pid),
             "workers": _running(*(p.pid for p in pool.processes)),
         }
-        probe = Probe(client, Keys(settings.key_prefix), pids)
+        probe = Probe(client, Keys(settings.redis.key_prefix), pids)
         setup = Setup(args, server.url, folder, load, probe)
         # The first window of a fresh pool is slower than the rest: one, not counted, first.
         warm = setup.load.window("warm-up", args.seconds, probe)

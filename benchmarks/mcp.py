@@ -59,6 +59,7 @@ from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
 from tests.support.waiting import gone
 from workers._embedded_redis import RedisServer
+from workers.tools._shell_settings import BashSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTOR, STDIO, HTTP = "Executor.run", "MCP stdio", "MCP HTTP"
@@ -449,7 +450,9 @@ def run(args: argparse.Namespace) -> None:
         workspace.mkdir()
         (workspace / SMALL_FILE).write_text(SMALL_TEXT)
         server = stack.enter_context(RedisServer())
-        settings = Settings(redis_url=server.url, workspace=workspace, bash_sandbox="off")
+        settings = Settings(
+            redis_url=server.url, workspace=workspace, tools=[BashSettings(sandbox="off")]
+        )
         pool = Pool()
         stack.callback(pool.stop)
         start_builtin_workers(pool, server.url, settings, WORKERS, "mcp")

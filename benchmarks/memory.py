@@ -186,7 +186,7 @@ def measure_retained(report: Bench, calls: int, ttl: int, args: Any) -> float:
     """Print memory per call for both sides; return toolpool's own bytes per retained call."""
     out = report.out
     defaults = Settings()
-    stream = f"{defaults.key_prefix}:events"
+    stream = f"{defaults.redis.key_prefix}:events"
     turn = args.memory_turn
     with (
         _bench_on_own_redis(args, {"rq_record_ttl": ttl}, None, 1, False) as tool,
@@ -229,14 +229,14 @@ def measure_retained(report: Bench, calls: int, ttl: int, args: Any) -> float:
         _delta(
             before["tool"],
             gone["tool"],
-            lambda n: n.startswith(defaults.key_prefix + ":") and n != stream,
+            lambda n: n.startswith(defaults.redis.key_prefix + ":") and n != stream,
         )
         / calls
     )
     for line in lines + raw_lines:
         out(line)
     out(
-        f"  ({stream} is capped at events_maxlen {defaults.events_maxlen} entries: a fixed "
+        f"  ({stream} is capped at events_maxlen {defaults.worker.events_maxlen} entries: a fixed "
         "cost once full, not a cost per retained call; a first burst of the same size ran and "
         "expired before (a), so Redis's first-use costs stay out of these figures)"
     )
@@ -340,12 +340,12 @@ def measure_steady(bench_out: Bench, args: Any, own_bytes: float | None) -> None
     out(
         f"  final: used_memory {final.used / 2**20:.1f} MiB after {final.calls} calls "
         f"({per_call:.0f} B a call since the start; RQ's records of the last "
-        f"{defaults.rq_record_ttl} s still live)"
+        f"{defaults.client.rq_record_ttl} s still live)"
     )
     out("  by family at the end (per call):")
     for line in _breakdown(start, end, max(1, done), "    "):
         out(line)
-    day = defaults.result_ttl
+    day = defaults.worker.result_ttl
     if own_bytes is not None:
         held = own_bytes * rate * day
         out(
@@ -357,12 +357,12 @@ def measure_steady(bench_out: Bench, args: Any, own_bytes: float | None) -> None
         for name, f in end.families.items()
         if name.startswith("rq:")
     ) / max(1, done)
-    rq_live = rq_bytes * rate * defaults.rq_record_ttl
+    rq_live = rq_bytes * rate * defaults.client.rq_record_ttl
     out(
         f"  + RQ's records while they live ({rq_bytes:.0f} B a call x {rate:g} calls/s x "
-        f"{defaults.rq_record_ttl} s): about "
+        f"{defaults.client.rq_record_ttl} s): about "
         f"{max(0.0, rq_live) / 2**20:.0f} MiB; the events stream is capped at "
-        f"{defaults.events_maxlen} entries"
+        f"{defaults.worker.events_maxlen} entries"
     )
     bench_out.summary.append(
         f"steady load {achieved:.0f} calls/s for {seconds:g} s on {args.steady_workers} "

@@ -34,16 +34,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.entry import at_least, run_bench
-from executor import Settings, ToolContext, ToolError
+from executor import ToolContext, ToolError
 from executor.contract import Workspace
 from workers.tools import _confine
 from workers.tools._cgroup import Cgroups
 from workers.tools._confine import describe
 from workers.tools._sandbox import probe
+from workers.tools._shell_settings import BashSettings
 from workers.tools.shell import bash
 
 UNCONFINED = "unconfined"
@@ -64,37 +65,30 @@ class Mode:
     """One way of running bash; ``cgroups=False`` makes the call find no cgroup at all."""
 
     name: str
-    settings: Settings
+    settings: BashSettings
     cgroups: bool = True
 
 
-def modes(workspace: Path, sandbox: bool) -> list[Mode]:
+def modes(sandbox: bool) -> list[Mode]:
     """The modes measured, ``unconfined`` first; ``sandbox`` only where it works."""
-    # The pool workspace is the call's own folder, as on a worker serving it: only the
-    # configured paths are hidden from a sandboxed command, not this folder's parents.
-    base = Settings(workspace=workspace, bash_sandbox="off")
+    # The calls get no worker folders, as on a worker whose pool workspace is the call's own
+    # folder: only the configured paths are hidden from a sandboxed command.
+    base = BashSettings(sandbox="off")
     found = [
         Mode(
             UNCONFINED,
-            base.with_changes(
-                bash_cpu_seconds=0, bash_memory_mb=0, bash_max_processes=0, bash_file_size_mb=0
-            ),
+            replace(base, cpu_seconds=0, memory_mb=0, max_processes=0, file_size_mb=0),
             cgroups=False,
         ),
         Mode(LIMITS, base),
     ]
     if sandbox:
-        found.append(Mode(SANDBOX, base.with_changes(bash_sandbox="required")))
+        found.append(Mode(SANDBOX, replace(base, sandbox="required")))
         # The sandbox without the limits that need a cgroup: what bubblewrap alone costs.
         found.append(
             Mode(
                 SANDBOX_ALONE,
-                base.with_changes(
-                    bash_sandbox="required",
-                    bash_cpu_seconds=0,
-                    bash_memory_mb=0,
-                    bash_max_processes=0,
-                ),
+                replace(base, sandbox="required", cpu_seconds=0, memory_mb=0, max_processes=0),
             )
         )
     return found
@@ -228,7 +222,7 @@ def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="toolpool-bench-sandbox-") as folder:
         root = Path(folder).resolve()
         workspace = Workspace(root)
-        measured = modes(root, found.bwrap is not None)
+        measured = modes(found.bwrap is not None)
         print(f"workspace: {root} (removed at the end)\nmodes:")
         print(f"  {UNCONFINED:<19} sandbox off, no limits, no cgroup")
         limits = describe(measured[1].settings).lines[-1]

@@ -100,7 +100,7 @@ class SessionBench:
         self.client = redis.Redis.from_url(self.url, socket_timeout=10)
         self.client_settings = Settings(redis_url=self.url)
         self.sessions = Sessions(settings=self.client_settings)
-        self.keys = Keys(self.client_settings.key_prefix)
+        self.keys = Keys(self.client_settings.redis.key_prefix)
 
     def close(self) -> None:
         for pool in list(self.pools):

@@ -107,8 +107,8 @@ class Bench:
     """The shared Redis, the Executor and the raw RQ queue every measurement uses.
 
     ``label`` keeps the worker names of two benches on one Redis apart; ``raw_queue_name``
-    their raw RQ queues (toolpool's queue is ``settings.queue``). ``raw_result_ttl``: how long
-    raw RQ keeps a job's records (None: RQ's default, 500 s).
+    their raw RQ queues (toolpool's queue is ``settings.client.queue``). ``raw_result_ttl``:
+    how long raw RQ keeps a job's records (None: RQ's default, 500 s).
     """
 
     server: RedisServer
@@ -302,11 +302,13 @@ def start_builtin_workers(pool: Pool, url: str, settings: Settings, count: int, 
     once all of them published their catalog, which tools/list and ``Executor.submit`` read."""
     for index in range(count):
         pool.start(serve_builtin_tools, url, settings, f"bench-{tag}-{os.getpid()}-{index}")
-    keys = Keys(settings.key_prefix)
+    keys = Keys(settings.redis.key_prefix)
     client = redis.Redis.from_url(url, socket_timeout=10)
     try:
         pool.wait_until(
-            lambda: read_catalog(client, keys, keys.queue_name(settings.queue)).workers >= count,
+            lambda: (
+                read_catalog(client, keys, keys.queue_name(settings.client.queue)).workers >= count
+            ),
             "serving",
             _START_PATIENCE_S,
         )

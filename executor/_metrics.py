@@ -57,10 +57,10 @@ class PoolCollector(Collector):
     def __init__(self, client: redis.Redis, settings: Settings) -> None:
         self._client = client
         self._settings = settings
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys(settings.redis.key_prefix)
 
     def collect(self) -> Iterator[Metric]:
-        queue = call_queue(self._client, self._keys, self._settings.queue)
+        queue = call_queue(self._client, self._keys, self._settings.client.queue)
         labels = [queue.name]
         jobs = GaugeMetricFamily(
             "toolpool_queue_jobs", "Jobs of the queue, by state.", labels=["queue", "state"]
@@ -83,7 +83,7 @@ class PoolCollector(Collector):
         yield from self._lock()
 
     def _lock(self) -> Iterator[Metric]:
-        status = RWLock(self._client, self._settings.scope, keys=self._keys).status()
+        status = RWLock(self._client, self._settings.worker.scope, keys=self._keys).status()
         scope = [status.scope]
         counters = status.counters
         grants = CounterMetricFamily(

@@ -44,16 +44,16 @@ def snapshot(
     """The pool as JSON-ready data; with ``session``, its host's queue and its lock scope
     (``SessionError`` for a session that does not exist). ``events``: the newest events, for
     a caller that follows the stream (else the newest ``RECENT_EVENTS`` are read)."""
-    keys = Keys(settings.key_prefix)
-    queue = call_queue(client, keys, settings.queue)
-    scope = settings.scope
+    keys = Keys(settings.redis.key_prefix)
+    queue = call_queue(client, keys, settings.client.queue)
+    scope = settings.worker.scope
     about: dict[str, Any] | None = None
     store = SessionStore(client, keys)
     if session is not None:
         info = store.read(check_session_name(session))
         if info is None:
             raise SessionError(f"No session {session!r} (never created, deleted, or expired).")
-        queue = named_queue(client, keys.host_queue_name(settings.queue, info.host))
+        queue = named_queue(client, keys.host_queue_name(settings.client.queue, info.host))
         scope = session_scope(session)
         about = {
             "name": info.name,
@@ -87,7 +87,7 @@ def snapshot(
 def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
     """Every session: name, host, state, calls, calls pending, idle seconds, and its lock
     scope's holders and waiters (mode and call of each)."""
-    keys = Keys(settings.key_prefix)
+    keys = Keys(settings.redis.key_prefix)
     store = SessionStore(client, keys)
     found = []
     for info in store.read_many(store.names()):

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from executor import Settings, Tool, ToolCall, ToolRegistry, ToolResult
+from executor._settings import SettingsGroup
 from executor.contract import Workspace
 from tests.support.procs import MakeWorkers, Workers
 from tests.support.sandbox import require_sandbox
@@ -51,11 +52,17 @@ def sandbox_mode(request: pytest.FixtureRequest) -> str:
 def run_tool(workspace: Workspace, settings: Settings) -> RunTool:
     """Run one tool through the real runner (validation, time limit, truncation).
 
-    ``run_tool(read_file, path="a.txt")``; pass ``_settings=`` to override settings.
+    ``run_tool(read_file, path="a.txt")``; pass ``_settings=`` to override settings, or to
+    give the tool its own (``_settings=BashSettings(...)``).
     """
 
-    def run(tool: Tool, _settings: Settings | None = None, **arguments: Any) -> ToolResult:
-        env = CallEnvironment(workspace=workspace, settings=_settings or settings)
+    def run(
+        tool: Tool, _settings: Settings | SettingsGroup | None = None, **arguments: Any
+    ) -> ToolResult:
+        chosen = settings if _settings is None else _settings
+        if isinstance(chosen, SettingsGroup):
+            chosen = settings.with_tools(chosen)
+        env = CallEnvironment(workspace=workspace, settings=chosen)
         return run_call(ToolCall(name=tool.name, arguments=arguments), ToolRegistry([tool]), env)
 
     return run

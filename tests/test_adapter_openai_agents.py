@@ -58,7 +58,7 @@ def outputs(model: ScriptedModel, request: int) -> dict[str, str]:
 def turns_by_call(client: redis.Redis, settings: Settings) -> dict[str, set[str]]:
     """The pool turn(s) each framework call id ran in, read from the pool's events."""
     turns: dict[str, set[str]] = {}
-    for _id, event in read_events(client, Keys(settings.key_prefix), since="-"):
+    for _id, event in read_events(client, Keys(settings.redis.key_prefix), since="-"):
         if event.event == "tool_result" and event.turn_id:
             # A pool call id is the framework's call id and "-" and 12 hex digits.
             turns.setdefault(event.call_id.rsplit("-", 1)[0], set()).add(event.turn_id)

@@ -95,7 +95,7 @@ def turns_by_call(client: redis.Redis, settings: Settings) -> dict[str, str]:
     plus ``-`` and 12 hex digits)."""
     started = [
         e
-        for _, e in read_events(client, Keys(settings.key_prefix))
+        for _, e in read_events(client, Keys(settings.redis.key_prefix))
         if e.event == "tool_execution_started"
     ]
     return {e.call_id.rsplit("-", 1)[0]: e.turn_id for e in started}
@@ -206,7 +206,7 @@ def test_an_unreachable_pool_is_a_clear_error(settings: Settings) -> None:
         run_agent(settings, script)
     assert script.seen == []
     with pytest.raises(RedisUnavailable, match="could not be reached"):
-        run_agent(Settings(redis_url=free_port_url(), workspace=settings.workspace), script)
+        run_agent(Settings(redis_url=free_port_url(), workspace=settings.worker.workspace), script)
 
 
 def test_without_the_extra_the_import_error_says_what_to_install(

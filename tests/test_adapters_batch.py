@@ -99,8 +99,8 @@ def pool_id_of(framework_id: str) -> re.Pattern[str]:
 
 def turn_of_each(settings: Settings, call_ids: list[str]) -> dict[str, set[str]]:
     """The turn ids the pool's events give for each call, once each call's result is logged."""
-    client = redis.Redis.from_url(str(settings.redis_url))
-    keys = Keys(settings.key_prefix)
+    client = redis.Redis.from_url(str(settings.redis.url))
+    keys = Keys(settings.redis.key_prefix)
     try:
 
         def logged() -> dict[str, set[str]]:
@@ -118,9 +118,9 @@ def turn_of_each(settings: Settings, call_ids: list[str]) -> dict[str, set[str]]
 
 def stored_now(settings: Settings, call_id: str) -> ToolResult | None:
     """The result the pool has stored for ``call_id`` so far, if any."""
-    client = redis.Redis.from_url(str(settings.redis_url))
+    client = redis.Redis.from_url(str(settings.redis.url))
     try:
-        return ResultStore(client, Keys(settings.key_prefix)).get(call_id)
+        return ResultStore(client, Keys(settings.redis.key_prefix)).get(call_id)
     finally:
         client.close()
 

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from executor import Settings, ToolContext
+from executor import ToolContext
 from executor.contract import Workspace
 from workers.tools import _confine, _shell_run
 from workers.tools._cgroup import Cgroups
+from workers.tools._shell_settings import BashSettings
 from workers.tools.shell import bash
 
 _PAIRS = 30
@@ -92,7 +93,7 @@ def context(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> ToolContex
     # The tool's own loop against subprocess.run, so no sandbox and no cgroup (on some kernels
     # a sleeping process in a cgroup wakes late); benchmarks.sandbox measures their cost.
     monkeypatch.setattr(_confine, "find_cgroups", lambda: Cgroups(None, None, None))
-    return ToolContext(workspace=workspace, settings=Settings(bash_sandbox="off"))
+    return ToolContext(workspace=workspace, settings=BashSettings(sandbox="off"))
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from executor import Settings, ToolContext, ToolError
+from executor import ToolContext, ToolError
 from executor.contract import ShellState, Workspace
+from workers.tools._shell_settings import BashSettings
 from workers.tools.shell import bash
 
 
@@ -35,7 +36,7 @@ class _Session:
             return True
 
         shell = ShellState(cwd=self.cwd, env=dict(self.env), save=save)
-        context = ToolContext(workspace=self.workspace, settings=Settings(), shell=shell)
+        context = ToolContext(workspace=self.workspace, settings=BashSettings(), shell=shell)
         return str(bash.invoke(context, {"command": command, **arguments}))
 
 

@@ -27,7 +27,7 @@ def _removed_workspace(output: str) -> Path:
 
 
 def test_unconfined_is_bash_without_launcher_cgroup_or_sandbox(workspace: Workspace) -> None:
-    unconfined, *_ = bench.modes(workspace.root, sandbox=True)
+    unconfined, *_ = bench.modes(sandbox=True)
 
     with bench.no_cgroups(), Confinement.prepare(unconfined.settings, workspace.root) as plan:
         assert plan.argv(workspace.root) == []
@@ -36,7 +36,7 @@ def test_unconfined_is_bash_without_launcher_cgroup_or_sandbox(workspace: Worksp
 
 
 def test_each_confined_call_is_paired_with_an_unconfined_one_next_to_it() -> None:
-    measured = bench.modes(Path("/nonexistent"), sandbox=True)
+    measured = bench.modes(sandbox=True)
 
     orders = [[mode.name for mode in bench.order(measured, index)] for index in range(2)]
 
@@ -44,7 +44,7 @@ def test_each_confined_call_is_paired_with_an_unconfined_one_next_to_it() -> Non
         [bench.LIMITS, bench.UNCONFINED, bench.SANDBOX, bench.SANDBOX_ALONE],
         [bench.SANDBOX_ALONE, bench.SANDBOX, bench.UNCONFINED, bench.LIMITS],
     ]
-    two = bench.modes(Path("/nonexistent"), sandbox=False)
+    two = bench.modes(sandbox=False)
     assert [[m.name for m in bench.order(two, index)] for index in range(2)] == [
         [bench.LIMITS, bench.UNCONFINED],
         [bench.UNCONFINED, bench.LIMITS],

@@ -139,7 +139,7 @@ def test_with_no_live_worker_submit_says_so_at_once_and_names_the_queue(
 
 @pytest.mark.proof  # real worker processes
 def test_a_client_may_wait_for_the_first_worker(settings: Settings, client: redis.Redis) -> None:
-    (Path(settings.workspace) / "a.txt").write_text("waited\n")
+    (Path(settings.worker.workspace) / "a.txt").write_text("waited\n")
     results: list[ToolResult] = []
     with Executor(settings=settings, wait_for_workers=120) as executor:
         waiting = threading.Thread(
@@ -150,7 +150,7 @@ def test_a_client_may_wait_for_the_first_worker(settings: Settings, client: redi
         waiting.start()
         # The client has looked once and found no worker: it is waiting now.
         wait_for(lambda: bool(executor._routes.catalogs), "the client's first catalog read")
-        pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
+        pool = WorkerPool(str(settings.redis.url), settings, workers=1, grace=10.0)
         pool.start()
         try:
             waiting.join(timeout=120)
@@ -162,11 +162,11 @@ def test_a_client_may_wait_for_the_first_worker(settings: Settings, client: redi
 
 @pytest.mark.proof  # real worker processes
 def test_a_stopped_pool_withdraws_its_catalog(settings: Settings, client: redis.Redis) -> None:
-    pool = WorkerPool(str(settings.redis_url), settings, workers=1, grace=10.0)
+    pool = WorkerPool(str(settings.redis.url), settings, workers=1, grace=10.0)
     pool.start()
     try:
         pool.wait_ready()
-        keys = Keys(settings.key_prefix)
+        keys = Keys(settings.redis.key_prefix)
         wait_for(
             lambda: read_catalog(client, keys, "toolpool.default").workers == 1,
             "the worker's catalog",
@@ -204,7 +204,7 @@ def test_a_worker_stopped_while_starting_still_withdraws_its_catalog(
     env = python_path_env({k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")})
     env["TOOLPOOL_WORKSPACE"] = str(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-c", _STOPPED_WHILE_STARTING, str(settings.redis_url)],
+        [sys.executable, "-c", _STOPPED_WHILE_STARTING, str(settings.redis.url)],
         env=env,
         capture_output=True,
         text=True,

@@ -28,7 +28,7 @@ from executor import Settings
 from workers import builtin_registry
 from workers.pool._process import run_worker
 settings = Settings.from_env()
-run_worker(settings.redis_url, settings, builtin_registry(), name=sys.argv[1])
+run_worker(settings.redis.url, settings, builtin_registry(), name=sys.argv[1])
 """
 
 
@@ -49,7 +49,7 @@ def pause(seconds: Annotated[float, Field(gt=0, le=120)] = 5) -> str:
     return "paused"
 
 settings = Settings.from_env()
-run_worker(settings.redis_url, settings, registry, name=sys.argv[1])
+run_worker(settings.redis.url, settings, registry, name=sys.argv[1])
 """
 
 

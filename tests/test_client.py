@@ -48,9 +48,9 @@ def _executor(settings: Settings, **options: Any) -> Executor:
 
 def _drain(settings: Settings) -> None:
     """Run every queued call with a burst worker in this process."""
-    assert settings.redis_url
+    assert settings.redis.url
     name = f"burst-{uuid.uuid4().hex[:8]}"
-    run_worker(settings.redis_url, settings, dist_tools.registry(), name=name, burst=True)
+    run_worker(settings.redis.url, settings, dist_tools.registry(), name=name, burst=True)
 
 
 def _call(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def test_rejection_stops_the_turn_and_read_only_tools_are_auto_approved(
         _call("r3", "read_file", path="in.txt"),
         _call("b", "bash", command="touch ran.txt"),
     ]
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     with _executor(settings, approve=approve) as executor:
         results = _run(executor, settings, calls)
 
@@ -154,8 +154,8 @@ def test_rejection_stops_the_turn_and_read_only_tools_are_auto_approved(
     assert "The user rejected this call." in results[3].content
     assert "the turn stopped at call w2" in results[4].content
     assert "the turn stopped at call w2" in results[5].content
-    assert not (settings.workspace / "two.txt").exists()
-    assert not (settings.workspace / "ran.txt").exists()
+    assert not (settings.worker.workspace / "two.txt").exists()
+    assert not (settings.worker.workspace / "ran.txt").exists()
     approvals = [(e.call_id, e.data["approved"]) for e in named(events(client), "approval")]
     assert approvals == [("w1", True), ("w2", False)]
 
@@ -169,7 +169,7 @@ def test_read_only_tools_are_asked_too_without_auto_approval(
         asked.append(call.id)
         return call.name != "read_file" or call.id == "r1"
 
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     calls = [
         _call("r1", "read_file", path="in.txt"),
         _call("r2", "read_file", path="in.txt"),
@@ -197,11 +197,11 @@ def test_check_callback_blocks_a_call_and_stops_the_turn(settings: Settings) -> 
     assert _statuses(results) == ["ok", "rejected", "rejected"]
     assert "Tool blocked: no shell in this session" in results[1].content
     assert "the turn stopped at call b" in results[2].content
-    assert not (settings.workspace / "ran.txt").exists()
+    assert not (settings.worker.workspace / "ran.txt").exists()
 
 
 def test_max_tool_calls_caps_the_calls_of_an_executor(settings: Settings) -> None:
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     calls = [_call(f"c{i}", "read_file", path="in.txt") for i in range(4)]
     with _executor(settings, max_tool_calls=3) as executor:
         first = _run(executor, settings, calls)
@@ -229,7 +229,7 @@ def test_a_call_id_used_by_an_earlier_turn_is_rejected(settings: Settings) -> No
         first = _run(executor, settings, [_call("once", "write_file", path="a.txt", content="1")])
         again = _run(executor, settings, [_call("once", "write_file", path="a.txt", content="2")])
         assert executor.results.get("once") == first[0]
-    assert (settings.workspace / "a.txt").read_text() == "1"
+    assert (settings.worker.workspace / "a.txt").read_text() == "1"
     assert _statuses(first) == ["ok"]
     assert _statuses(again) == ["rejected"]
     assert "already used by another turn" in again[0].content
@@ -256,7 +256,7 @@ def test_a_reused_id_leaves_the_rest_of_its_turn_in_order_for_any_collector(
     assert _statuses(results) == ["ok", "rejected", "ok"]
     assert "already used by another turn" in results[1].content
     assert results[2].content.endswith("b")
-    assert (settings.workspace / "a.txt").read_text() == "1"
+    assert (settings.worker.workspace / "a.txt").read_text() == "1"
 
 
 def test_small_and_large_results_both_reach_the_collector(settings: Settings) -> None:
@@ -279,7 +279,7 @@ def test_reusing_a_pending_call_id_leaves_the_first_call_alone(settings: Setting
     assert _statuses(second_results) == ["rejected"]
     assert _statuses(first_results) == ["ok"]
     assert "first" in first_results[0].content
-    assert not (settings.workspace / "a.txt").exists()
+    assert not (settings.worker.workspace / "a.txt").exists()
 
 
 def test_openai_and_anthropic_call_dicts_are_accepted(settings: Settings) -> None:
@@ -310,7 +310,7 @@ def test_openai_and_anthropic_call_dicts_are_accepted(settings: Settings) -> Non
 
 
 def test_another_executor_collects_a_turn_by_its_id(settings: Settings) -> None:
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     with _executor(settings) as first:
         turn = first.submit(
             [
@@ -330,7 +330,7 @@ def test_another_executor_collects_a_turn_by_its_id(settings: Settings) -> None:
 def test_collect_without_workers_times_out_and_the_calls_never_run_later(
     settings: Settings, client: redis.Redis
 ) -> None:
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     calls = [
         _call("r", "read_file", path="in.txt"),
         _call("w", "write_file", path="late.txt", content="late"),
@@ -343,7 +343,7 @@ def test_collect_without_workers_times_out_and_the_calls_never_run_later(
     assert _statuses(results) == ["timeout", "timeout"]
     assert "No result for 'write_file' within 1 s" in results[1].content
     _drain(settings)
-    assert not (settings.workspace / "late.txt").exists()
+    assert not (settings.worker.workspace / "late.txt").exists()
     assert named(events(client), "tool_execution_started") == []
 
 
@@ -352,7 +352,7 @@ def test_cancel_stops_a_running_bash_and_the_queued_calls(
     settings: Settings, workers: Workers, client: redis.Redis
 ) -> None:
     workers.start(1)
-    (settings.workspace / "in.txt").write_text("in")
+    (settings.worker.workspace / "in.txt").write_text("in")
     calls = [
         _call("sh", "bash", command="sleep 30", timeout=60),
         _call("w", "write_file", path="never.txt", content="no"),
@@ -375,7 +375,7 @@ def test_cancel_stops_a_running_bash_and_the_queued_calls(
     terminal = {JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.FAILED}
     queued = [turn.plan.job_ids[1], turn.plan.job_ids[2]]
     wait_for(lambda: all(job_status(client, j) in terminal for j in queued), what="their end")
-    assert not (settings.workspace / "never.txt").exists()
+    assert not (settings.worker.workspace / "never.txt").exists()
     assert named(events(client), "tool_execution_started", ["w", "r"]) == []
 
 
@@ -385,7 +385,7 @@ def test_jsonl_log_has_every_start_of_a_safe_batch_before_any_result(
 ) -> None:
     workers.start(2)
     for name in ("a", "b"):
-        (settings.workspace / f"{name}.md").write_text(f"{name}\n" * 500)
+        (settings.worker.workspace / f"{name}.md").write_text(f"{name}\n" * 500)
     log = tmp_path / "agent.jsonl"
     calls = [
         _call("pa", "slow_read", path="a.md"),

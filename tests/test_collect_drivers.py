@@ -127,7 +127,7 @@ def test_a_worker_killed_mid_call_gets_a_worker_lost_result(
     settings: Settings, make_workers: MakeWorkers, collect: Collect
 ) -> None:
     [worker] = make_workers(settings).start(1)
-    started = Path(settings.workspace) / "started"  # the workspace: bash may be sandboxed
+    started = Path(settings.worker.workspace) / "started"  # the workspace: bash may be sandboxed
     turn = _submit(
         settings,
         [
@@ -151,7 +151,7 @@ def test_the_deadline_answers_timeout(
     settings: Settings, make_workers: MakeWorkers, collect: Collect
 ) -> None:
     make_workers(settings).start(1)
-    started = Path(settings.workspace) / "started"  # the workspace: bash may be sandboxed
+    started = Path(settings.worker.workspace) / "started"  # the workspace: bash may be sandboxed
     turn = _submit(
         settings,
         [
@@ -176,7 +176,7 @@ def test_a_poll_reads_what_is_there_and_leaves_the_rest_running(
     settings: Settings, make_workers: MakeWorkers, poll: Poll
 ) -> None:
     make_workers(settings).start(1)
-    workspace = Path(settings.workspace)
+    workspace = Path(settings.worker.workspace)
     turn = _submit(
         settings,
         [

@@ -264,7 +264,7 @@ def test_a_holder_frozen_before_its_rename_never_lands_its_write(
         redis_url=redis_url, workspace=root, lock_lease_ms=800, call_liveness_s=60.0
     )
     pool = Workers(settings, tmp_path / "workers")
-    lock = RWLock.from_url(redis_url, settings.scope, keys=Keys(), lease_ms=800)
+    lock = RWLock.from_url(redis_url, settings.worker.scope, keys=Keys(), lease_ms=800)
     pid_file = tmp_path / "frozen.pid"
     try:
         pool.start(2)

@@ -59,8 +59,8 @@ def _ok(result: ToolResult) -> str:
 def test_safe_batch_overlaps_write_runs_alone_and_is_seen(
     settings: Settings, make_workers: MakeWorkers, client: redis.Redis
 ) -> None:
-    (settings.workspace / "a.txt").write_text("alpha\n")
-    (settings.workspace / "b.txt").write_text("beta\n")
+    (settings.worker.workspace / "a.txt").write_text("alpha\n")
+    (settings.worker.workspace / "b.txt").write_text("beta\n")
     pool = make_workers(settings)
     pool.start(2)
     calls = [
@@ -120,7 +120,7 @@ def _orchestrate(
 def test_two_orchestrators_exclusive_calls_never_overlap(
     settings: Settings, make_workers: MakeWorkers, client: redis.Redis
 ) -> None:
-    (settings.workspace / "shared.txt").write_text("shared\n")
+    (settings.worker.workspace / "shared.txt").write_text("shared\n")
     make_workers(settings).start(3)
     rounds = 3
     go = threading.Barrier(2)
@@ -183,7 +183,7 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
     settings: Settings, make_workers: MakeWorkers, client: redis.Redis
 ) -> None:
     fast = settings.with_changes(call_liveness_s=2.0, call_heartbeat_s=0.5, lock_lease_ms=1500)
-    (fast.workspace / "after.txt").write_text("still here")
+    (fast.worker.workspace / "after.txt").write_text("still here")
     pool = make_workers(fast)
     [doomed] = pool.start(1)
     marker = sleep_marker()
@@ -191,7 +191,7 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
         _call("long", "bash", command=f"sleep {marker}", timeout=60),
         _call("next", "read_file", path="after.txt"),
     ]
-    lock = RWLock.from_url(str(fast.redis_url), fast.scope, keys=Keys(), lease_ms=1500)
+    lock = RWLock.from_url(str(fast.redis.url), fast.worker.scope, keys=Keys(), lease_ms=1500)
     with Executor(settings=fast, registry=dist_tools.registry()) as executor:
         turn = executor.submit(calls)
         wait_for_event(client, "tool_execution_started", "long")
@@ -229,7 +229,10 @@ def test_sigkilled_worker_call_gets_worker_lost_and_the_turn_goes_on(
     [reported] = named(events(client), "call_lost", ["long"])
     # The liveness key outlives the worker by up to call_liveness_s; the client then allows
     # two heartbeats of grace, and it looks once a second.
-    assert reported.ts - killed_at <= fast.call_liveness_s + 2 * fast.call_heartbeat_s + 2.0
+    assert (
+        reported.ts - killed_at
+        <= fast.client.call_liveness_s + 2 * fast.client.call_heartbeat_s + 2.0
+    )
 
 
 def test_worker_answers_unknown_tool_invalid_arguments_and_timeout_then_serves(
@@ -259,7 +262,7 @@ def test_worker_answers_unknown_tool_invalid_arguments_and_timeout_then_serves(
     assert slow.duration_ms < dist_tools.STALL_SLEEP_S * 1000 / 2
     assert _ok(fine) == "still serving"
     assert _ok(write).startswith("Successfully wrote")
-    assert (settings.workspace / "w.txt").read_text() == "exclusive again"
+    assert (settings.worker.workspace / "w.txt").read_text() == "exclusive again"
     answered = named(events(client), "tool_result")
     assert [e.call_id for e in answered] == ["g", "bad", "slow", "fine", "write"]
     assert len({e.worker for e in answered}) == 1

@@ -39,6 +39,8 @@ from tests.support.pids import sleep_marker, survivors
 from tests.support.procs import Workers
 from workers._embedded_redis import RedisServer
 from workers.tools._sandbox import probe
+from workers.tools._shell_settings import BashSettings
+from workers.tools.weather import WeatherSettings
 
 # A process-heavy proof (random turns through worker processes): `scripts/test --fast` leaves
 # it out.
@@ -120,14 +122,20 @@ def fuzzing(
         key_prefix=f"fuzz-{uuid.uuid4().hex[:8]}",
         workspace=root,
         lock_lease_ms=5000,
-        bash_default_timeout=3.0,
-        bash_max_timeout=3.0,
-        bash_sandbox="required" if SANDBOXED else "auto",
-        bash_max_processes=64,
-        # Nothing listens on port 9 (discard): get_weather fails at once, offline.
-        weather_url="http://127.0.0.1:9",
-        geocoding_url="http://127.0.0.1:9",
-        http_timeout=1.0,
+        tools=[
+            BashSettings(
+                default_timeout=3.0,
+                max_timeout=3.0,
+                sandbox="required" if SANDBOXED else "auto",
+                max_processes=64,
+            ),
+            # Nothing listens on port 9 (discard): get_weather fails at once, offline.
+            WeatherSettings(
+                weather_url="http://127.0.0.1:9",
+                geocoding_url="http://127.0.0.1:9",
+                http_timeout=1.0,
+            ),
+        ],
     )
     workers = Workers(settings_, base / "logs")
     try:

@@ -85,7 +85,7 @@ class Hostile:
 
     @property
     def root(self) -> Path:
-        return self.settings.workspace
+        return self.settings.worker.workspace
 
     def run(self, *calls: dict[str, Any], loose: bool = True) -> list[ToolResult]:
         client_registry = _loose_registry() if loose else registry()
@@ -197,8 +197,8 @@ def test_wrong_missing_and_extra_arguments_and_unknown_tools_are_refused_by_the_
 
 
 def test_jobs_whose_payload_is_not_a_call_end_alone(h: Hostile) -> None:
-    client = redis.Redis.from_url(str(h.settings.redis_url))
-    queue = call_queue(client, Keys(h.settings.key_prefix), h.settings.queue)
+    client = redis.Redis.from_url(str(h.settings.redis.url))
+    queue = call_queue(client, Keys(h.settings.redis.key_prefix), h.settings.client.queue)
     payloads = ({"junk": True}, {"call": "x"}, "not a dict", [1, 2, 3], None)
     jobs = [queue.enqueue_call(func=ENTRY_POINT, args=(p,), timeout=-1) for p in payloads]
 
@@ -226,7 +226,7 @@ def test_a_job_whose_data_is_not_json_is_refused_and_the_worker_lives(
     client = redis.Redis.from_url(redis_server.url)
     try:
         (worker,) = workers.start(1, registry=REGISTRY)
-        queue = call_queue(client, Keys(settings.key_prefix), settings.queue)
+        queue = call_queue(client, Keys(settings.redis.key_prefix), settings.client.queue)
         garbage = Job.create(ENTRY_POINT, args=({},), connection=client, serializer=JSONSerializer)
         garbage.save()
         client.hset(garbage.key, "data", b"\xff\x00 not json {")
@@ -260,9 +260,9 @@ def test_toolpool_run_input_that_is_not_calls_is_a_usage_error(
     h: Hostile, text: str, message: str
 ) -> None:
     env = {
-        "TOOLPOOL_REDIS_URL": str(h.settings.redis_url),
+        "TOOLPOOL_REDIS_URL": str(h.settings.redis.url),
         "TOOLPOOL_WORKSPACE": str(h.root),
-        "TOOLPOOL_KEY_PREFIX": h.settings.key_prefix,
+        "TOOLPOOL_KEY_PREFIX": h.settings.redis.key_prefix,
     }
     result = CliRunner().invoke(main, ["run", "-"], input=text, env=env)
     assert result.exit_code == 2, result.output

@@ -154,7 +154,7 @@ def test_a_call_with_unreadable_arguments_is_answered_and_the_turn_runs(
     assert (results[3].name, results[3].status) == ("write_file", ToolStatus.ERROR)
     assert results[1].content == "6*7 = 42"
     assert results[4].content == "a note\n"
-    assert (settings.workspace / "w.txt").read_text() == "w"
+    assert (settings.worker.workspace / "w.txt").read_text() == "w"
     # Answered by the client: never enqueued, never run, never put to approval.
     assert sorted(turn.plan.job_ids) == [1, 4, 5]
     assert started == {"calc", "read", "write"}

@@ -39,6 +39,7 @@ from tests.support.pids import ancestors, processes_with, sleep_marker, survivor
 from tests.support.procs import MakeWorkers, Workers
 from tests.support.waiting import PATIENCE_S, wait_for
 from workers import builtin_registry
+from workers.tools._shell_settings import BashSettings
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
@@ -497,7 +498,7 @@ def _sessions_pool(
         sessions_root=sessions_root,
         workspace=sessions_root,
         serve_pool_calls=False,
-        bash_sandbox="off",
+        tools=[BashSettings(sandbox="off")],
     )
     make_workers(settings).start(workers, registry="workers:builtin_registry")
     return settings, Path(os.path.realpath(sessions_root))

@@ -105,7 +105,7 @@ def test_the_metrics_match_the_calls_that_ran(
     # Reads and the calculator share the lock; the write holds it alone.
     assert _value(samples, "toolpool_lock_wait_seconds_count", mode="shared") == 6
     assert _value(samples, "toolpool_lock_wait_seconds_count", mode="exclusive") == 1
-    scope = {"scope": settings.scope}
+    scope = {"scope": settings.worker.scope}
     assert _value(samples, "toolpool_lock_grants_total", mode="shared", **scope) == 6
     assert _value(samples, "toolpool_lock_grants_total", mode="exclusive", **scope) == 1
     assert _value(samples, "toolpool_lock_holders", **scope) == 0

@@ -85,7 +85,7 @@ def test_a_turn_in_flight_gets_its_results_and_workers_reconnect(
             ]
         )
         # bash itself runs, under its lock (its claim alone comes before the lock is taken).
-        wait_for((Path(settings.workspace) / "started").exists, "bash to run")
+        wait_for((Path(settings.worker.workspace) / "started").exists, "bash to run")
         outage = _restart_in_background(server, DOWNTIME_S)
         started = time.monotonic()
         results = executor.collect(turn, timeout=PATIENCE_S)

@@ -27,6 +27,8 @@ from workers.pipeline._validate import validate
 KEYS = Keys()
 registry = ToolRegistry()
 runs: dict[str, int] = {}
+#: The Redis the runtime fixture's worker uses, for the tools that reach into it.
+redis_of: dict[str, str] = {}
 
 
 @registry.tool(concurrency_safe=True, read_only=True)
@@ -41,7 +43,7 @@ def loses_its_lease_once(ctx: ToolContext) -> str:
     """A read whose first run finds its lease gone (forced off), as a paused worker's does."""
     runs["lose"] = runs.get("lose", 0) + 1
     if runs["lose"] == 1:
-        other = RWLock.from_url(str(ctx.settings.redis_url), keys=KEYS)
+        other = RWLock.from_url(redis_of["url"], keys=KEYS)
         try:
             for holder in other.status().holders:
                 other.force_release(holder.token)
@@ -56,6 +58,7 @@ def runtime(redis_url: str, tmp_path: Path) -> Iterator[WorkerRuntime]:
     root = tmp_path / "ws"
     root.mkdir()
     runs.clear()
+    redis_of["url"] = redis_url
     settings = Settings(redis_url=redis_url, workspace=root, lock_lease_ms=5000)
     made = WorkerRuntime(redis_url, settings, registry, worker_name="w1")
     yield made

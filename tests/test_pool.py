@@ -25,7 +25,7 @@ import pytest
 import redis
 from rq import Worker
 
-from executor import ErrorType, Settings, ToolStatus
+from executor import ErrorType, Settings, ToolCall, ToolStatus
 from executor.client import Executor
 from executor.contract import ToolRegistry, Workspace, load_registry
 from executor.lock import RWLock
@@ -34,6 +34,7 @@ from tests.support.pids import ancestors, processes_with, sleep_marker, sleeping
 from tests.support.waiting import gone, wait_for
 from workers import builtin_registry
 from workers.pool._pool import PoolChild, WorkerPool, settings_environment
+from workers.tools._shell_settings import BashSettings
 
 # A process-heavy proof (worker pools): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
@@ -95,7 +96,7 @@ def executor(settings: Settings, registry: ToolRegistry) -> Iterator[Executor]:
 
 def start_pool(settings: Settings, tools_path: Path, **options: object) -> WorkerPool:
     pool = WorkerPool(
-        str(settings.redis_url),
+        str(settings.redis.url),
         settings,
         tool_specs=(f"{NAP_TOOLS}:registry",),
         env={"PYTHONPATH": str(tools_path)},
@@ -183,7 +184,7 @@ def test_killed_worker_is_answered_cleaned_up_and_replaced(
     assert answered_in < 3.0, f"the pool took {answered_in:.2f} s to answer the lost call"
     assert after.status is ToolStatus.OK, "the turn's next batch must start at once"
     # The lease is released before the call is answered: it is free now, not at expiry.
-    lock = RWLock.from_url(str(settings.redis_url), settings.scope)
+    lock = RWLock.from_url(str(settings.redis.url), settings.worker.scope)
     try:
         assert lock.status().holders == ()
     finally:
@@ -228,7 +229,7 @@ def test_forked_work_horse_of_a_killed_worker_is_killed_too(
         assert lost.error_type is ErrorType.WORKER_LOST
         wait_for(lambda: gone(horse_pid) and gone(bash_pid), "the orphans to be killed", timeout=5)
         # The horse held the lease under its own pid; the pool released it all the same.
-        lock = RWLock.from_url(str(settings.redis_url), settings.scope)
+        lock = RWLock.from_url(str(settings.redis.url), settings.worker.scope)
         try:
             assert lock.status().holders == ()
         finally:
@@ -244,7 +245,7 @@ def test_child_failing_at_start_is_restarted_with_growing_delays(
     # An "interpreter" that exits at once with code 1, like a worker that cannot start.
     false = shutil.which("false")
     assert false is not None
-    pool = WorkerPool(str(settings.redis_url), settings, python=false, check_interval=0.02)
+    pool = WorkerPool(str(settings.redis.url), settings, python=false, check_interval=0.02)
     started = time.monotonic()
     pool.start()
     try:
@@ -270,10 +271,26 @@ def test_settings_reach_the_workers_unchanged(settings: Settings, tmp_path: Path
         workspace=tmp_path,
         lock_lease_ms=1234,
         call_heartbeat_s=0.25,
-        bash_max_timeout=42.5,
         full_output_max_bytes=77,
+        tools=[BashSettings(max_timeout=42.5)],
     )
-    assert Settings.from_env(settings_environment(special)) == special
+    assert Settings.from_env(settings_environment(special), tools=[BashSettings]) == special
+
+
+def test_a_tools_own_settings_reach_the_workers(
+    settings: Settings, tools_path: Path, executor: Executor
+) -> None:
+    pool = start_pool(settings.with_tools(BashSettings(max_timeout=7.0)), tools_path, workers=1)
+    try:
+        pool.wait_ready()
+        (result,) = executor.run(
+            [ToolCall(id="own", name="bash", arguments={"command": "true", "timeout": 8})]
+        )
+    finally:
+        pool.stop(grace=10.0)
+
+    assert result.error_type is ErrorType.TOOL_ERROR
+    assert "above the maximum of 7 s" in result.content
 
 
 # -- the pool as a process: signals ------------------------------------------------------------
@@ -297,7 +314,7 @@ def start_pool_process(
     """The pool in a process of its own (``WorkerPool.run``); its children's names and pids."""
     env = {**os.environ, **settings_environment(settings)}
     process = subprocess.Popen(
-        [sys.executable, "-c", _POOL_SCRIPT, str(settings.redis_url), str(grace)],
+        [sys.executable, "-c", _POOL_SCRIPT, str(settings.redis.url), str(grace)],
         env=env,
         stdout=subprocess.PIPE,
         text=True,

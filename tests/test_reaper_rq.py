@@ -75,7 +75,7 @@ def executor(settings: Settings) -> Iterator[Executor]:
 
 @pytest.fixture
 def reaper(settings: Settings) -> Iterator[Reaper]:
-    made = Reaper(str(settings.redis_url), settings, socket.gethostname(), grace=GRACE_S)
+    made = Reaper(str(settings.redis.url), settings, socket.gethostname(), grace=GRACE_S)
     yield made
     made.close()
 

@@ -122,7 +122,9 @@ def test_toolpool_worker_refuses_foreign_jobs_and_keeps_serving(
     root = tmp_path / "ws"
     root.mkdir()
     settings = Settings(redis_url=redis_url, workspace=root, lock_lease_ms=3000)
-    queue = Queue(Keys().queue_name(settings.queue), connection=client, serializer=JSONSerializer)
+    queue = Queue(
+        Keys().queue_name(settings.client.queue), connection=client, serializer=JSONSerializer
+    )
     os_marker = tmp_path / f"os-system-ran-{uuid.uuid4().hex}"
 
     system = queue.enqueue_call("os.system", args=(f"touch {os_marker}",))

@@ -63,7 +63,7 @@ def test_a_read_that_lost_its_lease_is_run_again_and_answers(
     settings: Settings, pool: Workers, client: redis.Redis
 ) -> None:
     [worker] = pool.start(1)
-    started = Path(settings.workspace).parent / "started"
+    started = Path(settings.worker.workspace).parent / "started"
     call = {
         "id": "r",
         "name": "slow_read",
@@ -92,13 +92,13 @@ def test_a_call_with_side_effects_that_lost_its_lease_is_not_run_again(
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([call])
         # bash itself runs (it wrote its line), not only its start event.
-        wait_for((Path(settings.workspace) / "runs.txt").exists, "bash to run")
+        wait_for((Path(settings.worker.workspace) / "runs.txt").exists, "bash to run")
         _pause_past_the_lease(worker.pid)
         [result] = executor.collect(turn, timeout=60)
 
     assert result.error_type is ErrorType.LOCK_LOST, result.content
     assert "check its effects" in result.content.lower()
-    assert (Path(settings.workspace) / "runs.txt").read_text() == "ran\n"
+    assert (Path(settings.worker.workspace) / "runs.txt").read_text() == "ran\n"
     seen = events(client)
     assert not named(seen, "call_rerun", ["b"])
     assert len(named(seen, "tool_execution_started", ["b"])) == 1

@@ -81,7 +81,7 @@ def test_rq_info_shows_the_queue_and_its_worker(
     settings, queue, (worker, _, _) = waiting_turn
 
     shown = subprocess.run(
-        [str(BIN / "rq"), "info", "--url", str(settings.redis_url), "--serializer", "json"],
+        [str(BIN / "rq"), "info", "--url", str(settings.redis.url), "--serializer", "json"],
         capture_output=True,
         text=True,
         timeout=PATIENCE_S,
@@ -111,7 +111,7 @@ def test_rq_dashboard_with_json_shows_queues_workers_and_jobs(
                 "--port",
                 str(port),
                 "--redis-url",
-                str(settings.redis_url),
+                str(settings.redis.url),
             ],
             stdin=subprocess.DEVNULL,
             stdout=output,

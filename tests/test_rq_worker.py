@@ -104,10 +104,10 @@ def test_a_finished_call_keeps_rqs_record_but_not_a_second_copy_of_its_result(
     redis_url: str, tmp_path: Path
 ) -> None:
     settings = Settings(redis_url=redis_url, workspace=tmp_path)
-    assert settings.redis_url
+    assert settings.redis.url
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([{"id": "r1", "name": "echo", "arguments": {"text": "hi"}}])
-        run_worker(settings.redis_url, settings, dist_tools.registry(), name="w-res", burst=True)
+        run_worker(settings.redis.url, settings, dist_tools.registry(), name="w-res", burst=True)
         [result] = executor.collect(turn, timeout=10)
         rq_id = turn.plan.job_ids[0]
         job = Job.fetch(rq_id, connection=executor.client, serializer=JSONSerializer)
@@ -115,7 +115,7 @@ def test_a_finished_call_keeps_rqs_record_but_not_a_second_copy_of_its_result(
         assert job.get_status() == JobStatus.FINISHED
         assert rq_id in executor.queue.finished_job_registry.get_job_ids()
         assert job.latest_result() is None  # toolpool's result key is the one copy
-        assert 0 < executor.client.ttl(job.key) <= settings.rq_record_ttl
+        assert 0 < executor.client.ttl(job.key) <= settings.client.rq_record_ttl
 
 
 def test_rq_info_shows_toolpools_queue_and_workers(redis_url: str, tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from tests.support.sandbox import require_sandbox
 from tests.support.sessions import call, host_settings, ok
 from tests.support.waiting import PATIENCE_S
 from workers.tools._cgroup import find_cgroups
+from workers.tools._shell_settings import BashSettings
 
 # A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
@@ -66,13 +67,13 @@ def _run(settings: Settings, session: str, command: str, timeout: float = 20) ->
 
 
 def _folder(settings: Settings, session: str) -> Path:
-    assert settings.sessions_root is not None
-    return Path(os.path.realpath(settings.sessions_root / session))
+    assert settings.worker.sessions_root is not None
+    return Path(os.path.realpath(settings.worker.sessions_root / session))
 
 
 @pytest.fixture
 def settings(redis_url: str, tmp_path: Path) -> Settings:
-    return host_settings(redis_url, tmp_path, "h1", bash_sandbox="required")
+    return host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required")])
 
 
 def test_home_secrets_and_other_sessions_cannot_be_read(
@@ -109,8 +110,9 @@ def test_writes_outside_the_session_folder_fail(
         _run(
             settings,
             "a",
-            f"echo x > /etc/{scratch}; echo x > {other}/planted; echo x > {settings.workspace}"
-            f"/planted; echo x > /usr/{scratch}; echo kept > /tmp/{scratch} && cat /tmp/{scratch}"
+            f"echo x > /etc/{scratch}; echo x > {other}/planted; echo x > "
+            f"{settings.worker.workspace}/planted; echo x > /usr/{scratch}; echo kept > "
+            f"/tmp/{scratch} && cat /tmp/{scratch}"
             "; echo ok > mine.txt",
         )
     )
@@ -121,7 +123,7 @@ def test_writes_outside_the_session_folder_fail(
     for path in (
         Path("/etc", scratch),
         other / "planted",
-        settings.workspace / "planted",
+        settings.worker.workspace / "planted",
         Path("/usr", scratch),
         Path("/tmp", scratch),
     ):
@@ -191,8 +193,10 @@ def test_network_is_off_by_default_and_on_when_allowed(
 ) -> None:
     port, connected = listener
     command = f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected || echo no-network"
-    closed = host_settings(redis_url, tmp_path, "h1", bash_sandbox="required")
-    opened = host_settings(redis_url, tmp_path, "h2", bash_sandbox="required", bash_network=True)
+    closed = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required")])
+    opened = host_settings(
+        redis_url, tmp_path, "h2", tools=[BashSettings(sandbox="required", network=True)]
+    )
     _start(make_workers, closed, "off")
     _start(make_workers, opened, "on")
 
@@ -211,11 +215,15 @@ def limited(redis_url: str, tmp_path: Path) -> Settings:
         redis_url,
         tmp_path,
         "h1",
-        bash_sandbox="required",
-        bash_max_processes=64,
-        bash_memory_mb=128,
-        bash_file_size_mb=16,
-        bash_cpu_seconds=3,
+        tools=[
+            BashSettings(
+                sandbox="required",
+                max_processes=64,
+                memory_mb=128,
+                file_size_mb=16,
+                cpu_seconds=3,
+            )
+        ],
     )
 
 

@@ -22,13 +22,14 @@ from typing import Any
 
 import pytest
 
-from executor import Settings, ToolError
+from executor import ToolError
 from tests.support.sandbox import require_sandbox
 from tests.support.waiting import gone, wait_for
 from workers.tools import _confine
 from workers.tools._cgroup import CallCgroup, Cgroups, Limits, _Place, discover, find_cgroups
 from workers.tools._confine import Confinement, describe
 from workers.tools._sandbox import Availability, SandboxSpec, bwrap_argv, hidden_paths, probe
+from workers.tools._shell_settings import BashSettings
 
 BWRAP = "/usr/bin/bwrap"
 MIB = 1024 * 1024
@@ -711,7 +712,7 @@ def test_needed_a_missing_controller_is_not_picked(
 def test_call_cgroup_without_limits_or_tracking_is_none(tmp_path: Path) -> None:
     _folders(tmp_path / "pids")
     cgroups = Cgroups(_Place(tmp_path / "pids", 1), None, None)
-    settings = Settings(bash_max_processes=0, bash_memory_mb=0, bash_cpu_seconds=0)
+    settings = BashSettings(max_processes=0, memory_mb=0, cpu_seconds=0)
     assert _confine._call_cgroup(cgroups, settings, track=False) is None
     assert list((tmp_path / "pids").iterdir()) == []
     call = _confine._call_cgroup(cgroups, settings, track=True)
@@ -725,7 +726,7 @@ def test_call_cgroup_without_limits_or_tracking_is_none(tmp_path: Path) -> None:
 
 def test_call_cgroup_with_limits_but_no_controller_for_them_is_none() -> None:
     # Only a processes limit, and no pids controller: nothing to make.
-    settings = Settings(bash_memory_mb=0, bash_cpu_seconds=0)
+    settings = BashSettings(memory_mb=0, cpu_seconds=0)
     assert _confine._call_cgroup(Cgroups(None, MEMORY, CPU), settings, track=False) is None
 
 
@@ -1081,9 +1082,9 @@ def test_real_remove_removes_the_call_folders(real_call: Callable[[Limits], Call
 
 
 def _confinement(
-    settings: Settings | None = None, bwrap: str | None = None, cgroup: CallCgroup | None = None
+    settings: BashSettings | None = None, bwrap: str | None = None, cgroup: CallCgroup | None = None
 ) -> Confinement:
-    return Confinement(settings or Settings(), Path("/nowhere"), bwrap, [], cgroup=cgroup)
+    return Confinement(settings or BashSettings(), Path("/nowhere"), bwrap, [], cgroup=cgroup)
 
 
 @pytest.mark.parametrize(
@@ -1110,7 +1111,7 @@ def test_limits_reached_memory_without_a_cgroup_from_the_error_text() -> None:
 
 
 def test_limits_reached_no_memory_phrase_when_memory_is_not_limited() -> None:
-    settings = Settings(bash_memory_mb=0)
+    settings = BashSettings(memory_mb=0)
     assert _confinement(settings).limits_reached(1, "MemoryError\n") == []
 
 
@@ -1132,8 +1133,8 @@ def test_limits_reached_full_tmp_only_in_the_sandbox() -> None:
 
 
 def test_limits_reached_from_the_cgroup_counters(kernel: FakeKernel, tmp_path: Path) -> None:
-    settings = Settings()
-    limits = Limits(settings.bash_max_processes, settings.bash_memory_mb * MIB)
+    settings = BashSettings()
+    limits = Limits(settings.max_processes, settings.memory_mb * MIB)
     call = CallCgroup(_v2_cgroups(kernel, tmp_path), limits)
     [folder] = _call_folders(call)
     (folder / "pids.events").write_text("max 5\n")
@@ -1157,14 +1158,14 @@ def without_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("without_bwrap")
 def test_describe_sandbox_off_says_unconfined_without_a_warning() -> None:
-    report = describe(Settings(bash_sandbox="off"))
+    report = describe(BashSettings(sandbox="off"))
     assert report.lines[0] == "bash sandbox: off (commands run unconfined, as the worker's user)"
     assert (report.warning, report.refusal) == ("", "")
 
 
 @pytest.mark.usefixtures("without_bwrap")
 def test_describe_auto_without_bwrap_warns_and_says_how_to_install() -> None:
-    report = describe(Settings(bash_sandbox="auto"))
+    report = describe(BashSettings(sandbox="auto"))
     assert report.refusal == ""
     assert "UNCONFINED" in report.warning
     assert NO_BWRAP.reason in report.warning
@@ -1174,7 +1175,7 @@ def test_describe_auto_without_bwrap_warns_and_says_how_to_install() -> None:
 
 @pytest.mark.usefixtures("without_bwrap")
 def test_describe_required_without_bwrap_refuses_naming_the_reason() -> None:
-    report = describe(Settings(bash_sandbox="required"))
+    report = describe(BashSettings(sandbox="required"))
     assert report.warning == ""
     assert NO_BWRAP.reason in report.refusal
     assert "apt-get install bubblewrap" in report.refusal
@@ -1182,7 +1183,7 @@ def test_describe_required_without_bwrap_refuses_naming_the_reason() -> None:
 
 @pytest.mark.usefixtures("without_bwrap")
 def test_describe_says_which_limits_are_not_enforced_without_cgroups() -> None:
-    report = describe(Settings(bash_sandbox="off"))
+    report = describe(BashSettings(sandbox="off"))
     assert report.lines[1] == (
         "bash limits: processes: not enforced (no pids cgroup); memory 2048 MiB (address "
         "space per process, no memory cgroup); CPU 300 s per process; file size 1024 MiB"
@@ -1193,7 +1194,7 @@ def test_describe_with_bwrap_names_its_version(monkeypatch: pytest.MonkeyPatch) 
     found = Availability(BWRAP, version="bubblewrap 0.8.0")
     monkeypatch.setattr(_confine, "probe", lambda network: found)
     monkeypatch.setattr(_confine, "find_cgroups", lambda: Cgroups(None, None, None))
-    report = describe(Settings(bash_sandbox="required"))
+    report = describe(BashSettings(sandbox="required"))
     assert report.lines[0].startswith("bash sandbox: bubblewrap 0.8.0 (")
     assert "no network" in report.lines[0]
     assert (report.warning, report.refusal) == ("", "")
@@ -1202,12 +1203,12 @@ def test_describe_with_bwrap_names_its_version(monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.usefixtures("without_bwrap")
 def test_prepare_required_without_bwrap_runs_nothing_and_says_why(tmp_path: Path) -> None:
     with pytest.raises(ToolError, match="nothing ran") as raised:
-        Confinement.prepare(Settings(bash_sandbox="required"), tmp_path)
+        Confinement.prepare(BashSettings(sandbox="required"), tmp_path)
     assert NO_BWRAP.reason in str(raised.value)
 
 
 @pytest.mark.usefixtures("without_bwrap")
 def test_prepare_auto_without_bwrap_runs_unsandboxed(tmp_path: Path) -> None:
-    with Confinement.prepare(Settings(bash_sandbox="auto"), tmp_path) as confinement:
+    with Confinement.prepare(BashSettings(sandbox="auto"), tmp_path) as confinement:
         assert not confinement.sandboxed
         assert confinement.env == {}

@@ -48,6 +48,7 @@ from tests.support.sessions import (
     tree,
 )
 from tests.support.waiting import wait_for
+from workers.tools._shell_settings import BashSettings
 
 # A process-heavy proof (worker processes): `scripts/test --fast` leaves it out.
 pytestmark = pytest.mark.proof
@@ -75,8 +76,8 @@ def sessions(h1: Settings) -> Iterator[Sessions]:
 
 
 def _root(settings: Settings) -> Path:
-    assert settings.sessions_root is not None
-    return Path(os.path.realpath(settings.sessions_root))
+    assert settings.worker.sessions_root is not None
+    return Path(os.path.realpath(settings.worker.sessions_root))
 
 
 def _hang(executor: Executor, client: redis.Redis, call_id: str, session: str) -> str:
@@ -210,7 +211,7 @@ def test_bash_cd_into_another_session_is_not_kept_for_the_next_call(
     # Unsandboxed, a command may cd into B and read there (in the sandbox B is not there at
     # all: test_sandbox.py). What a session guarantees either way is that its kept state never
     # starts the next call outside its own folder, whichever worker runs it.
-    h1 = h1.with_changes(bash_sandbox="off")
+    h1 = h1.with_tools(BashSettings(sandbox="off"))
     make_workers(h1).start(2)
     sessions.create("A")
     sessions.create("AB")
@@ -569,7 +570,7 @@ def test_a_worker_refuses_a_call_of_a_session_on_another_host(
         index=0,
         session="pinned",
     )
-    queue = named_queue(client, keys.host_queue_name(h1.queue, "h1"))
+    queue = named_queue(client, keys.host_queue_name(h1.client.queue, "h1"))
     enqueue_turn(
         queue,
         [[job]],

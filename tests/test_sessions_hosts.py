@@ -245,7 +245,7 @@ class Report:
 
 
 def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report:
-    client = redis.Redis.from_url(str(settings.redis_url))
+    client = redis.Redis.from_url(str(settings.redis.url))
     loops = {name: SessionLoop(f"s-{name}", settings) for name in HOSTS}
     try:
         for loop in loops.values():
@@ -460,9 +460,9 @@ def _host_pool(host: Host, port: int, settings: Settings, folder: Path) -> Itera
     marker = f"{os.getpid()}-{host.name}"
     env.update(
         {
-            "TOOLPOOL_LOCK_LEASE_MS": str(settings.lock_lease_ms),
-            "TOOLPOOL_CALL_LIVENESS_S": str(settings.call_liveness_s),
-            "TOOLPOOL_CALL_HEARTBEAT_S": str(settings.call_heartbeat_s),
+            "TOOLPOOL_LOCK_LEASE_MS": str(settings.worker.lock_lease_ms),
+            "TOOLPOOL_CALL_LIVENESS_S": str(settings.client.call_liveness_s),
+            "TOOLPOOL_CALL_HEARTBEAT_S": str(settings.client.call_heartbeat_s),
             _MARKER: marker,
         }
     )

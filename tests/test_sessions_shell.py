@@ -38,8 +38,8 @@ def new_workers(settings: Settings, make_workers: MakeWorkers) -> NewWorkers:
 
 def _folder(settings: Settings) -> Path:
     """Session "s"'s folder, as bash names it (links resolved)."""
-    assert settings.sessions_root is not None
-    return Path(os.path.realpath(settings.sessions_root / "s"))
+    assert settings.worker.sessions_root is not None
+    return Path(os.path.realpath(settings.worker.sessions_root / "s"))
 
 
 def test_cd_and_export_carry_over_to_a_call_on_another_worker(

@@ -79,7 +79,7 @@ def test_the_timeline_of_parallel_reads_then_a_write(
     out = tmp_path / "turn.svg"
 
     result = CliRunner().invoke(
-        main, ["timeline", turn_id, "-o", str(out), "--redis", str(settings.redis_url)]
+        main, ["timeline", turn_id, "-o", str(out), "--redis", str(settings.redis.url)]
     )
 
     assert result.exit_code == 0, result.output
@@ -111,7 +111,7 @@ def test_the_timeline_of_parallel_reads_then_a_write(
     # The same drawn as PNG (cairosvg, on the system's libcairo), at twice the SVG's size.
     png = tmp_path / "turn.png"
     drawn = CliRunner().invoke(
-        main, ["timeline", turn_id, "-o", str(png), "--redis", str(settings.redis_url)]
+        main, ["timeline", turn_id, "-o", str(png), "--redis", str(settings.redis.url)]
     )
     assert drawn.exit_code == 0, drawn.output
     header = png.read_bytes()[:24]

@@ -26,6 +26,7 @@ from tests.support.pids import sleep_marker, survivors
 from tests.support.sandbox import settings_for_mode
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools._cgroup import find_cgroups
+from workers.tools._shell_settings import BashSettings
 from workers.tools.shell import bash
 
 RunTool = Callable[..., ToolResult]
@@ -204,7 +205,7 @@ def test_both_streams_flooding_at_once_do_not_deadlock(context: ToolContext) -> 
 
 
 def test_small_cap_keeps_exact_halves(workspace: Workspace) -> None:
-    context = ToolContext(workspace=workspace, settings=Settings(bash_max_output_bytes=10))
+    context = ToolContext(workspace=workspace, settings=BashSettings(max_output_bytes=10))
 
     output = _invoke(context, command="printf 0123456789ABCDEFGHIJ")
 
@@ -239,7 +240,7 @@ def test_non_positive_timeout_is_invalid(run_tool: RunTool) -> None:
 def test_default_timeout_comes_from_the_settings(run_tool: RunTool) -> None:
     marker = sleep_marker()
 
-    result = run_tool(bash, _settings=Settings(bash_default_timeout=0.5), command=f"sleep {marker}")
+    result = run_tool(bash, _settings=BashSettings(default_timeout=0.5), command=f"sleep {marker}")
 
     assert result.error_type is ErrorType.TOOL_ERROR
     assert "timed out after 0.5 s" in result.content
@@ -291,7 +292,7 @@ def test_lost_lock_kills_the_command(workspace: Workspace, sandbox_mode: str) ->
             raise FenceError("The exclusive lock was lost.")
 
     env = CallEnvironment(
-        workspace=workspace, fence=fence, settings=settings_for_mode(sandbox_mode)
+        workspace=workspace, fence=fence, settings=Settings(tools=[settings_for_mode(sandbox_mode)])
     )
     call = ToolCall(name="bash", arguments={"command": f"touch started; sleep {marker}"})
 
@@ -325,7 +326,7 @@ def test_a_timeout_names_the_limit_that_held_the_command(run_tool: RunTool) -> N
     if find_cgroups().pids is None:
         pytest.skip("no writable pids cgroup here: the processes limit is not enforced")
     marker = sleep_marker()
-    settings = Settings(bash_max_processes=5)
+    settings = BashSettings(max_processes=5)
 
     # The refused forks make bash retry (it waits up to half a minute) into the time limit.
     result = run_tool(

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from executor import ErrorType, Settings, ToolResult, ToolStatus
-from workers.tools.weather import get_weather
+from executor import ErrorType, ToolResult, ToolStatus
+from workers.tools.weather import WeatherSettings, get_weather
 
 RunTool = Callable[..., ToolResult]
 
@@ -89,8 +89,8 @@ def service() -> Iterator[FakeOpenMeteo]:
     thread.join(10)
 
 
-def _settings(url: str, **changes: Any) -> Settings:
-    return Settings(geocoding_url=url, weather_url=url, http_timeout=5.0).with_changes(**changes)
+def _settings(url: str, http_timeout: float = 5.0) -> WeatherSettings:
+    return WeatherSettings(geocoding_url=url, weather_url=url, http_timeout=http_timeout)
 
 
 def test_answer_reads_like_a_sentence(run_tool: RunTool, service: FakeOpenMeteo) -> None:

@@ -135,5 +135,5 @@ def test_a_cancelled_turn_drains_nothing_left_waiting(
         results = executor.collect(turn, timeout=PATIENCE_S)
         # Every later batch was released (its calls answer at once, without running).
         assert all(r.error_type is ErrorType.CANCELLED for r in results), results
-        assert not (settings.workspace / "b.txt").exists()
+        assert not (settings.worker.workspace / "b.txt").exists()
         assert executor.queue.deferred_job_registry.get_job_ids() == []

@@ -2,8 +2,8 @@
 [--read-only] [--disable-tool NAME ...]``.
 
 This is what ``WorkerPool`` starts for each slot. Every setting (Redis URL, key prefix, queue,
-lock scope, workspace, limits) comes from ``TOOLPOOL_*`` variables through
-``Settings.from_env()``; the pool sets all of them from its own ``Settings``. To serve calls by
+lock scope, workspace, limits, the served tools' own) comes from ``TOOLPOOL_*`` variables
+through ``Settings.from_env()``; the pool sets them from its own ``Settings``. To serve calls by
 hand, use ``toolpool worker``, which supervises such processes.
 """
 
@@ -81,16 +81,17 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     try:
-        settings = Settings.from_env()
         registry = served_registry(
             build_registry(tuple(args.tools)),
             read_only=args.read_only,
             disabled=frozenset(args.disable_tool),
         )
+        # The served tools' own settings too: each tool gets its group from the run step.
+        settings = Settings.from_env(tools=registry.settings_classes())
     except ToolpoolError as exc:
         print(f"toolpool worker: {exc}", file=sys.stderr)
         return 2
-    if not settings.redis_url:
+    if not settings.redis.url:
         print("toolpool worker: no Redis URL: set TOOLPOOL_REDIS_URL.", file=sys.stderr)
         return 2
     if args.parent_pid is not None:
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             target=_watch_parent, args=(args.parent_pid,), name="toolpool-parent", daemon=True
         ).start()
     run_worker(
-        settings.redis_url,
+        settings.redis.url,
         settings,
         registry,
         name=args.name,

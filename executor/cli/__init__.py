@@ -248,7 +248,7 @@ def output_command(call_id: str, redis_url: str | None, prefix: str | None) -> N
     if text is None:
         raise click.ClickException(
             f"No full output is kept for {call_id!r}: the call was not truncated, or its "
-            f"output expired (kept {settings.full_output_ttl} s)."
+            f"output expired (kept {settings.worker.full_output_ttl} s)."
         )
     click.echo(text, nl=not text.endswith("\n"))
 

@@ -33,7 +33,7 @@ def session_option(command: F) -> F:
 def scope_of(settings: Settings, session: str | None) -> str:
     """The lock scope a command looks at: the session's, or the configured one."""
     if session is None:
-        return settings.scope
+        return settings.worker.scope
     try:
         return session_scope(session)
     except SessionError as exc:
@@ -70,16 +70,16 @@ def settings_for(redis_url: str | None, prefix: str | None, **changes: Any) -> S
 
 def require_redis(settings: Settings) -> str:
     """The Redis URL, or a usage error that says how to give one or what is wrong with it."""
-    if not settings.redis_url:
+    if not settings.redis.url:
         raise click.UsageError(
             "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL "
             "(`toolpool up` starts Redis and workers and prints one)."
         )
     try:
-        RedisSettings.from_url(settings.redis_url)
+        RedisSettings.from_url(settings.redis.url)
     except RedisURLError as exc:
         raise bad_url(exc) from None
-    return settings.redis_url
+    return settings.redis.url
 
 
 def bad_url(exc: RedisURLError) -> click.UsageError:
@@ -117,7 +117,7 @@ def talking_to(settings: Settings) -> Iterator[None]:
         yield
     except redis.RedisError as exc:
         raise click.ClickException(
-            f"Cannot use Redis at {shown_url(settings.redis_url or '')}: {exc}"
+            f"Cannot use Redis at {shown_url(settings.redis.url or '')}: {exc}"
         ) from None
     except ToolpoolError as exc:
         raise click.ClickException(str(exc)) from None

@@ -30,7 +30,7 @@ def _open(
     settings = settings_for(redis_url, prefix, scope=scope)
     url = require_redis(settings)
     client = connect(url, role=STANDARD)
-    return RWLock(client, scope_of(settings, session), keys=Keys(settings.key_prefix)), url
+    return RWLock(client, scope_of(settings, session), keys=Keys(settings.redis.key_prefix)), url
 
 
 def _who(owner: OwnerInfo) -> str:

@@ -56,7 +56,7 @@ def metrics_command(host: str, port: int, redis_url: str | None, prefix: str | N
     # The events are followed on a connection of their own: its reads block.
     follower = connect(url, role=FOLLOWER)
     try:
-        counts.follow(follower, Keys(settings.key_prefix), stop)
+        counts.follow(follower, Keys(settings.redis.key_prefix), stop)
     finally:
         server.shutdown()
         thread.join(timeout=5)

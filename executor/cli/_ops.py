@@ -51,7 +51,7 @@ def status_command(
         raise click.ClickException(str(exc)) from None
     except redis.RedisError as exc:
         raise click.ClickException(
-            f"Cannot read status from {shown_url(settings.redis_url or '')}: {exc}"
+            f"Cannot read status from {shown_url(settings.redis.url or '')}: {exc}"
         ) from None
     finally:
         client.close()
@@ -98,7 +98,7 @@ def events_command(
     """
     settings = settings_for(redis_url, prefix)
     client = _connect(settings, blocking=follow)
-    keys = Keys(settings.key_prefix)
+    keys = Keys(settings.redis.key_prefix)
     in_session = _TurnSessions(client, keys)
 
     def wanted(item: Event) -> bool:
@@ -127,7 +127,7 @@ def events_command(
         pass
     except redis.RedisError as exc:
         raise click.ClickException(
-            f"Cannot read events from {shown_url(settings.redis_url or '')}: {exc}"
+            f"Cannot read events from {shown_url(settings.redis.url or '')}: {exc}"
         ) from None
     finally:
         client.close()

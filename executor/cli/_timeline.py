@@ -36,7 +36,7 @@ def timeline_command(
         raise click.BadParameter(f"{output.name}: name it *.svg or *.png", param_hint="--output")
     settings = settings_for(redis_url, prefix)
     client = connect(require_redis(settings), role=READER)
-    keys = Keys(settings.key_prefix)
+    keys = Keys(settings.redis.key_prefix)
     try:
         events = [item for _, item in read_events(client, keys) if item.turn_id == turn_id]
         stored = client.get(keys.turn(turn_id))

@@ -165,7 +165,7 @@ class AsyncExecutor:
     async def collect(self, turn: Turn | str, *, timeout: float | None = None) -> list[ToolResult]:
         """Await every result of ``turn`` (a ``Turn`` or its id), in order (``Executor.collect``:
         the same answers for lost workers, the deadline and outages)."""
-        limit = self.settings.turn_timeout if timeout is None else timeout
+        limit = self.settings.client.turn_timeout if timeout is None else timeout
         plan, results = await self._wait(turn, limit, time_out=True)
         return in_call_order(plan, results)
 

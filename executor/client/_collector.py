@@ -309,7 +309,7 @@ class Collector:
                 # The key's expiry already proves call_liveness_s without a heartbeat; the
                 # grace only covers a job RQ has started whose worker has not set it yet (or
                 # a submit elsewhere still enqueueing).
-                if now - watch.missing_since < 2 * self._settings.call_heartbeat_s:
+                if now - watch.missing_since < 2 * self._settings.client.call_heartbeat_s:
                     continue
             if status is None:
                 # No job and no run: the submit lost Redis before it enqueued this call.

@@ -119,7 +119,7 @@ class Executor:
     ``max_tool_calls`` caps the calls this executor submits over its life. ``jsonl`` receives
     each turn's events, one JSON object a line.
 
-    ``session`` (default ``settings.session``, ``TOOLPOOL_SESSION``) runs every turn in that
+    ``session`` (default ``settings.client.session``, ``TOOLPOOL_SESSION``) runs every turn in that
     session: its folder, lock scope and shell state, on the workers of the host it lives on;
     ``run(..., session=...)`` and ``submit(..., session=...)`` name one for a single turn.
     Without a session, calls run in the workers' own workspace and lock scope.
@@ -138,17 +138,17 @@ class Executor:
 
     def __post_init__(self) -> None:
         if self.session is None:
-            self.session = self.settings.session or None
+            self.session = self.settings.client.session or None
         if self.session is not None:
             check_session_name(self.session)
         url = required_url(self.redis_url, self.settings)
         self.redis_url = url
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = Keys(self.settings.redis.key_prefix)
         self.client = connect(url)
-        self.results = ResultStore(self.client, self.keys, ttl=self.settings.result_ttl)
-        self.queue = call_queue(self.client, self.keys, self.settings.queue)
+        self.results = ResultStore(self.client, self.keys, ttl=self.settings.worker.result_ttl)
+        self.queue = call_queue(self.client, self.keys, self.settings.client.queue)
         self.events = EventLog(
-            self.client, self.keys, maxlen=self.settings.events_maxlen, worker="orchestrator"
+            self.client, self.keys, maxlen=self.settings.worker.events_maxlen, worker="orchestrator"
         )
         self._collector = Collector(
             url,
@@ -195,7 +195,7 @@ class Executor:
     ) -> list[ToolResult]:
         """Submit a turn and wait for its results, in call order.
 
-        At ``timeout`` (default ``settings.turn_timeout``) the turn is cancelled and every
+        At ``timeout`` (default ``settings.client.turn_timeout``) the turn is cancelled and every
         call still without a result gets a ``timeout`` result. ``session``: run the turn in
         this session (default: the executor's).
         """
@@ -281,7 +281,9 @@ class Executor:
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:
-        target.set(self.keys.turn(plan.turn_id), plan.stored_json(), ex=self.settings.result_ttl)
+        target.set(
+            self.keys.turn(plan.turn_id), plan.stored_json(), ex=self.settings.worker.result_ttl
+        )
 
     def _enqueue(self, plan: TurnPlan, parsed: list[ToolCall]) -> None:
         """Store the plan's batches in one transaction: the first on the queue, the later
@@ -303,9 +305,9 @@ class Executor:
             self._queue_named(plan.queue or self.queue.name),
             batches,
             barrier_key=self.keys.turn_barrier(plan.turn_id),
-            barrier_ttl=self.settings.result_ttl,
-            result_ttl=self.settings.rq_record_ttl,
-            failure_ttl=self.settings.result_ttl,
+            barrier_ttl=self.settings.worker.result_ttl,
+            result_ttl=self.settings.client.rq_record_ttl,
+            failure_ttl=self.settings.worker.result_ttl,
         )
 
     def _queue_named(self, name: str) -> Queue:
@@ -321,12 +323,12 @@ class Executor:
         """Wait for every result of ``turn`` (a ``Turn`` or its id); return them in order.
 
         A call whose worker died gets a ``worker_lost`` result within about
-        ``settings.call_liveness_s`` + 3 s (at once when its pool sees the worker die); at
+        ``settings.client.call_liveness_s`` + 3 s (at once when its pool sees the worker die); at
         ``timeout`` every call still without one gets a ``timeout`` result. Never waits
         forever: while Redis is unreachable it keeps trying until ``timeout``, then raises
         ``RedisUnavailable`` (the calls may still run; collect the turn again later).
         """
-        limit = self.settings.turn_timeout if timeout is None else timeout
+        limit = self.settings.client.turn_timeout if timeout is None else timeout
         plan, results = self._wait(turn, limit, time_out=True)
         return in_call_order(plan, results)
 
@@ -384,7 +386,9 @@ class Executor:
             self._cancel(turn.plan if isinstance(turn, Turn) else self._load_plan(turn))
 
     def _cancel(self, plan: TurnPlan) -> None:
-        self.client.set(self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.result_ttl)
+        self.client.set(
+            self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.worker.result_ttl
+        )
         stored = self.results.get_many(plan.enqueued())
         for index, rq_id in plan.job_ids.items():
             call_id = plan.call_ids[index]
@@ -507,7 +511,7 @@ class Executor:
                     self.keys.call_claim(calls[index].id),
                     turn_id,
                     nx=True,
-                    ex=self.settings.result_ttl,
+                    ex=self.settings.worker.result_ttl,
                 )
             if session is not None and runnable:
                 self.sessions.add_calls(session, [calls[i].id for i in runnable], pipe=pipe)

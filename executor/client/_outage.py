@@ -34,7 +34,7 @@ _MAX_PAUSE_S = 2.0
 
 def required_url(url: str | None, settings: Settings) -> str:
     """``url``, else the settings' Redis URL; ``ConfigurationError`` saying how to give one."""
-    found = url or settings.redis_url
+    found = url or settings.redis.url
     if not found:
         raise ConfigurationError("No Redis URL: pass redis_url=... or set TOOLPOOL_REDIS_URL.")
     return found

@@ -49,7 +49,7 @@ class Routes:
         state, host = found
         if state != READY:
             return None, texts.session_not_ready(session, state)
-        queue = self._keys.host_queue_name(self._settings.queue, host)
+        queue = self._keys.host_queue_name(self._settings.client.queue, host)
         self._queues[session] = (queue, time.monotonic())
         return queue, ""
 

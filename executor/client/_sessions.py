@@ -49,7 +49,7 @@ class Sessions:
 
     def __post_init__(self) -> None:
         self.redis_url = required_url(self.redis_url, self.settings)
-        self.keys = Keys(self.settings.key_prefix)
+        self.keys = Keys(self.settings.redis.key_prefix)
         self.client = connect(self.redis_url)
         self.store = SessionStore(self.client, self.keys)
 
@@ -66,7 +66,7 @@ class Sessions:
     def hosts(self) -> dict[str, int]:
         """The hosts with live workers serving sessions on this queue, and how many each."""
         with reaching(self.redis_url, "while reading the live workers"):
-            queue = self.keys.queue_name(self.settings.queue)
+            queue = self.keys.queue_name(self.settings.client.queue)
             live = [
                 e.host
                 for e in read_entries(self.client, self.keys)
@@ -86,17 +86,17 @@ class Sessions:
         """Create session ``name``: its folder on ``host`` (default: the least loaded live host),
         empty or a copy of ``template`` (a folder on that host; a relative path is taken from
         this process's working directory). ``idle_ttl``: seconds without a call after which it
-        is deleted (default ``settings.session_idle_ttl``; 0 never). Waits up to ``timeout``
+        is deleted (default ``settings.client.session_idle_ttl``; 0 never). Waits up to ``timeout``
         for the host to make the folder; ``SessionError`` says what went wrong."""
         check_session_name(name)
-        ttl = self.settings.session_idle_ttl if idle_ttl is None else idle_ttl
+        ttl = self.settings.client.session_idle_ttl if idle_ttl is None else idle_ttl
         if ttl < 0:
             raise SessionError(f"idle_ttl must be 0 (never) or positive, got {ttl:g}.")
         source = str(Path(template).resolve()) if template is not None else ""
         with reaching(self.redis_url, f"while creating session {name}"):
             chosen = self._pick_host(host)
             if not self.store.create_record(
-                name, host=chosen, queue=self.settings.queue, idle_ttl=ttl, template=source
+                name, host=chosen, queue=self.settings.client.queue, idle_ttl=ttl, template=source
             ):
                 raise SessionError(f"Session {name!r} already exists; pick another name.")
             answer = self._ask(
@@ -195,7 +195,9 @@ class Sessions:
     def _ask(self, host: str, payload: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         """Send folder work to ``host``'s queue; its worker's answer, or None at ``timeout``."""
         request_id = uuid.uuid4().hex
-        queue = named_queue(self.client, self.keys.host_queue_name(self.settings.queue, host))
+        queue = named_queue(
+            self.client, self.keys.host_queue_name(self.settings.client.queue, host)
+        )
         enqueue_session_op(queue, {**payload, "request_id": request_id})
         blocking = connect(self.redis_url or "", blocking_s=timeout)
         try:

@@ -6,9 +6,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
 
-from executor._settings import Settings
+from executor._errors import ConfigurationError
+from executor._settings import SettingsGroup
 from executor.contract._workspace import Workspace
+
+G = TypeVar("G", bound=SettingsGroup)
 
 
 @dataclass
@@ -45,7 +50,9 @@ class ToolContext:
     """
 
     workspace: Workspace
-    settings: Settings = field(default_factory=Settings)
+    #: The tool's own settings, of the group its ``@tool(settings=...)`` names, as the worker
+    #: read them (``TOOLPOOL_*``); None: that group's defaults. Read it with ``settings_as``.
+    settings: SettingsGroup | None = None
     call_id: str = ""
     tool_name: str = ""
     deadline: float = float("inf")
@@ -55,6 +62,20 @@ class ToolContext:
     committed: bool = False
     #: In a session: the shell state ``bash`` continues; None outside sessions.
     shell: ShellState | None = None
+    #: The worker's own folders (its pool workspace, its sessions root), which hold other
+    #: calls' files: a tool that lets a command roam the disk hides them, but for ``workspace``.
+    worker_folders: tuple[Path, ...] = ()
+
+    def settings_as(self, group: type[G]) -> G:
+        """The tool's own settings, of class ``group`` (its defaults when none were given)."""
+        if self.settings is None:
+            return group()
+        if type(self.settings) is not group:
+            raise ConfigurationError(
+                f"Tool {self.tool_name!r} was given {type(self.settings).__name__}, not "
+                f"{group.__name__}: declare it with @tool(settings={group.__name__})"
+            )
+        return self.settings
 
     def check_fence(self) -> None:
         """Raise ``FenceError`` if this call's writes must no longer land."""

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, overload
 
 from executor._errors import ConfigurationError, DuplicateToolError, UnknownToolError
+from executor._settings import SettingsGroup
 from executor.contract._tool import Tool, tool
 
 
@@ -56,6 +57,11 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """Tool names in registration order."""
         return list(self._tools)
+
+    def settings_classes(self) -> tuple[type[SettingsGroup], ...]:
+        """The settings groups of the tools here (``@tool(settings=...)``), each once."""
+        found = (item.settings_class for item in self._tools.values())
+        return tuple(dict.fromkeys(kind for kind in found if kind is not None))
 
     def merged(self, other: ToolRegistry) -> ToolRegistry:
         """A new registry with this one's tools followed by ``other``'s."""

@@ -29,7 +29,8 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from executor._errors import InvalidArgumentsError, ToolDefinitionError
+from executor._errors import ConfigurationError, InvalidArgumentsError, ToolDefinitionError
+from executor._settings import SettingsGroup, rows
 from executor.contract import _schema
 from executor.contract._context import ToolContext
 
@@ -45,6 +46,7 @@ class Tool:
 
     ``is_concurrency_safe`` defaults to False: a tool that does not declare itself safe runs
     under the exclusive lock. ``max_result_chars`` of None means the policy default.
+    ``settings_class``: the tool's own settings group, which its context carries.
     """
 
     name: str
@@ -58,6 +60,7 @@ class Tool:
     timeout: float = DEFAULT_TIMEOUT
     takes_context: bool = False
     timeout_argument: str | None = None
+    settings_class: type[SettingsGroup] | None = None
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.match(self.name):
@@ -70,6 +73,11 @@ class Tool:
             raise ToolDefinitionError(f"Tool {self.name!r}: max_result_chars must be >= 1")
         if not self.timeout > 0:
             raise ToolDefinitionError(f"Tool {self.name!r}: timeout must be positive")
+        if self.settings_class is not None:
+            try:
+                rows(self.settings_class)
+            except ConfigurationError as exc:
+                raise ToolDefinitionError(f"Tool {self.name!r}: settings: {exc}") from None
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments converted and checked; raises ``InvalidArgumentsError``."""
@@ -97,6 +105,7 @@ def tool(
     max_result_chars: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     timeout_argument: str | None = None,
+    settings: type[SettingsGroup] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -112,12 +121,15 @@ def tool(
     max_result_chars: int | None = None,
     timeout: float = DEFAULT_TIMEOUT,
     timeout_argument: str | None = None,
+    settings: type[SettingsGroup] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a function into a ``Tool``; use bare (``@tool``) or with options (``@tool(...)``).
 
     With ``parameters`` the given JSON Schema is used and checked instead of the signature.
     ``timeout`` is the call's time limit in seconds; ``timeout_argument`` names an argument
     with which a call may ask for a longer one (bash's ``timeout``), the tool then enforcing it.
+    ``settings`` names the tool's own settings group (a ``SettingsGroup`` dataclass): workers
+    read it from ``TOOLPOOL_*`` variables and pass it in the context (``ctx.settings_as``).
     """
 
     def build(func: Callable[..., Any]) -> Tool:
@@ -140,6 +152,7 @@ def tool(
             timeout=timeout,
             takes_context=takes_context,
             timeout_argument=timeout_argument,
+            settings_class=settings,
         )
 
     if function is not None:

@@ -41,9 +41,9 @@ _KEEPALIVE_S = 15.0
 
 def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> Starlette:
     """The dashboard of the pool at ``url`` (Redis), behind ``token`` if one is given."""
-    keys = Keys(settings.key_prefix)
+    keys = Keys(settings.redis.key_prefix)
     client = connect(url, role=READER)
-    results = ResultStore(client, keys, ttl=settings.result_ttl)
+    results = ResultStore(client, keys, ttl=settings.worker.result_ttl)
     metrics = _metrics(client, settings)
     feed = Feed(url, settings, metrics[1] if metrics else (lambda event: None))
     page = files("executor.dashboard").joinpath("page.html").read_text(encoding="utf-8")

@@ -113,7 +113,7 @@ class Feed:
     def _follow(self) -> None:
         """The events, as they come, to every viewer (on the loop's thread)."""
         client = connect(self._url, role=FOLLOWER)
-        keys = Keys(self._settings.key_prefix)
+        keys = Keys(self._settings.redis.key_prefix)
         since = "$"
         try:
             with contextlib.suppress(redis.RedisError):  # else the history starts empty

@@ -115,8 +115,8 @@ class ToolsWatch:
         """Watch while inside: the first read is done on entry (a change from then on is
         announced); on exit the listen streams end gracefully and the watch stops."""
         client = connect(required_url(None, self._settings))
-        keys = Keys(self._settings.key_prefix)
-        sets = PoolToolSets(client, keys, keys.queue_name(self._settings.queue))
+        keys = Keys(self._settings.redis.key_prefix)
+        sets = PoolToolSets(client, keys, keys.queue_name(self._settings.client.queue))
         try:
             async with anyio.create_task_group() as group:
                 await group.start(self._watch, sets)

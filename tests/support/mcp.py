@@ -22,6 +22,8 @@ from executor.wire import Keys, read_catalog
 from tests.support.ports import free_port
 from tests.support.procs import MakeWorkers, Workers, python_path_env, stop_process
 from tests.support.waiting import PATIENCE_S, wait_for
+from workers.tools._shell_settings import BashSettings
+from workers.tools.weather import WeatherSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLPOOL = [sys.executable, "-m", "executor.cli"]
@@ -136,15 +138,16 @@ def start_builtin_pool(
     settings = Settings(
         redis_url=redis_url,
         workspace=workspace,
-        bash_sandbox="off",
-        weather_url=NOWHERE,
-        geocoding_url=NOWHERE,
+        tools=[
+            BashSettings(sandbox="off"),
+            WeatherSettings(weather_url=NOWHERE, geocoding_url=NOWHERE),
+        ],
     )
     workers = make_workers(settings)
     workers.start(count, registry="workers:builtin_registry")
     client = redis.Redis.from_url(redis_url)
     try:
-        keys = Keys(settings.key_prefix)
+        keys = Keys(settings.redis.key_prefix)
         wait_for(
             lambda: read_catalog(client, keys, keys.queue_name()).workers == count,
             "the workers' catalog",

@@ -23,14 +23,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from executor import Settings, TruncationPolicy
+from executor import Settings
 from executor.contract import load_registry
 from executor.wire import Event, Keys, read_events
 from tests.support.waiting import PATIENCE_S, wait_for
@@ -40,20 +40,6 @@ from workers.pool._pool import WorkerPool
 ROOT = Path(__file__).resolve().parents[2]
 DIST_TOOLS = "tests.support.dist_tools:registry"
 _STOP_GRACE_S = 10.0
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The ``TOOLPOOL_*`` variables that make ``Settings.from_env()`` return ``settings``."""
-    env: dict[str, str] = {}
-    for item in fields(Settings):
-        value = getattr(settings, item.name)
-        if isinstance(value, TruncationPolicy):
-            env["TOOLPOOL_MAX_RESULT_CHARS"] = str(value.default_max_chars)
-            env["TOOLPOOL_RESULT_CAP"] = str(value.global_cap)
-            env["TOOLPOOL_HEAD_RATIO"] = repr(value.head_ratio)
-        elif value is not None:
-            env["TOOLPOOL_" + item.name.upper()] = str(value)
-    return env
 
 
 def python_path_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -67,7 +53,7 @@ def python_path_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 def child_env(settings: Settings) -> dict[str, str]:
     """The environment of a worker process: ours, the settings, the repository on PYTHONPATH."""
     env = python_path_env({k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")})
-    env.update(settings_env(settings))
+    env.update(settings.environment())
     return env
 
 
@@ -106,7 +92,7 @@ class Workers:
     """Starts worker processes for one test and makes sure none outlives it."""
 
     def __init__(self, settings: Settings, folder: Path) -> None:
-        assert settings.redis_url, "the workers need settings.redis_url"
+        assert settings.redis.url, "the workers need settings.redis.url"
         self.settings = settings
         self.folder = folder
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -130,7 +116,7 @@ class Workers:
             worker = WorkerProcess(name, process, log)
             self.started.append(worker)
             batch.append(worker)
-        client = redis.Redis.from_url(str(self.settings.redis_url))
+        client = redis.Redis.from_url(str(self.settings.redis.url))
         try:
             for worker in batch:
                 wait_for(
@@ -184,7 +170,7 @@ MakeWorkers = Callable[[Settings], "Workers"]
 @contextmanager
 def running_pool(settings: Settings, workers: int = 1, **options: Any) -> Iterator[WorkerPool]:
     """A supervised ``WorkerPool`` of the built-in tools, every child registered; stopped after."""
-    pool = WorkerPool(str(settings.redis_url), settings, workers=workers, grace=10.0, **options)
+    pool = WorkerPool(str(settings.redis.url), settings, workers=workers, grace=10.0, **options)
     pool.start()
     try:
         pool.wait_ready()
@@ -266,9 +252,10 @@ def exclusive_overlaps(found: list[Hold]) -> list[tuple[Hold, Hold]]:
 def _serve(name: str, registry_spec: str) -> None:
     from workers.pool._process import run_worker
 
-    settings = Settings.from_env()
-    assert settings.redis_url
-    run_worker(settings.redis_url, settings, load_registry(registry_spec), name=name)
+    registry = load_registry(registry_spec)
+    settings = Settings.from_env(tools=registry.settings_classes())
+    assert settings.redis.url
+    run_worker(settings.redis.url, settings, registry, name=name)
 
 
 if __name__ == "__main__":

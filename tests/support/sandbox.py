@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from executor import Settings
 from workers.tools._sandbox import probe
+from workers.tools._shell_settings import BashSettings
 
 
 def require_sandbox(network: bool = False) -> None:
@@ -15,5 +15,6 @@ def require_sandbox(network: bool = False) -> None:
         pytest.skip(f"no bash sandbox here: {found.reason}")
 
 
-def settings_for_mode(mode: str, **changes: object) -> Settings:
-    return Settings(bash_sandbox=mode).with_changes(**changes)
+def settings_for_mode(mode: str) -> BashSettings:
+    """bash's settings in this sandbox mode."""
+    return BashSettings(sandbox=mode)

@@ -20,6 +20,7 @@ from executor import Settings, ToolpoolError
 from executor.client import Executor, Sessions
 from executor.wire import Event, ToolCall, ToolResult, read_events
 from workers.tools._sandbox import probe
+from workers.tools._shell_settings import BashSettings
 
 SCRATCH = Path(".toolpool") / "demo"
 _BAR = 40
@@ -44,7 +45,7 @@ def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.
     sessions_root = workspace / SCRATCH / "sessions"
     sessions_root.mkdir(parents=True, exist_ok=True)
     with RedisServer() as server:
-        settings = Settings.from_env().with_changes(
+        settings = Settings.from_env(tools=(BashSettings,)).with_changes(
             redis_url=server.url,
             workspace=workspace,
             lock_lease_ms=5000,
@@ -143,8 +144,9 @@ def _sandbox(executor: Executor, echo: Callable[[str], None]) -> None:
         "\n6. bash's sandbox: a command that tries to write /etc, look at the home folders,\n"
         "   reach the network and leave a daemon behind"
     )
-    found = probe(executor.settings.bash_network)
-    if executor.settings.bash_sandbox == "off" or found.bwrap is None:
+    bash = executor.settings.tool(BashSettings)
+    found = probe(bash.network)
+    if bash.sandbox == "off" or found.bwrap is None:
         why = "it is off" if found.bwrap is not None else found.reason
         echo(f"   skipped: bash runs unconfined here ({why}); see docs/sandbox.md")
         return

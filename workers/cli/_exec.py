@@ -38,7 +38,7 @@ def exec_command(
         name=name, arguments=json_object(args_json), **({"id": call_id} if call_id else {})
     )
     registry = or_fail(lambda: build_registry(tool_specs))
-    settings = or_fail(Settings.from_env)
+    settings = or_fail(lambda: Settings.from_env(tools=registry.settings_classes()))
     env = CallEnvironment(workspace=or_fail(lambda: Workspace(workspace)), settings=settings)
     result = run_call(call, registry, env)
     click.echo(result.model_dump_json(indent=2))

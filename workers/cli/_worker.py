@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,7 +18,7 @@ import click
 import redis
 
 from executor._connect import PROBE, RedisURLError, connect
-from executor._settings import BASH_SANDBOX_MODES, Settings, shown_url
+from executor._settings import Settings, SettingsGroup, shown_url
 from executor.cli._common import (
     bad_url,
     connection_options,
@@ -33,6 +33,7 @@ from workers.pool._pool import PoolChild, WorkerPool
 from workers.pool._process import served_registry
 from workers.tools._confine import Report as ConfinementReport
 from workers.tools._confine import describe as describe_confinement
+from workers.tools._shell_settings import SANDBOX_MODES, BashSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,7 +75,7 @@ def _pool_options(command: F) -> F:
         ),
         click.option(
             "--sandbox",
-            type=click.Choice(BASH_SANDBOX_MODES),
+            type=click.Choice(SANDBOX_MODES),
             default=None,
             help="bash's sandbox (bubblewrap): auto (the default) uses it where it "
             "works and warns where not; required refuses to start without it; "
@@ -216,23 +217,23 @@ def worker_command(
         sessions_root=sessions_root,
         host=host,
         serve_pool_calls=workspace is not None,
-        bash_sandbox=sandbox,
-        bash_network=bash_network,
     )
     url = require_redis(settings)
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
+    settings = _with_tool_settings(settings, served, sandbox, bash_network)
     sandbox_report = _check_sandbox(settings, served)
     _check_redis(url, _WORKER_HINT)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     where = []
-    if settings.serve_pool_calls:
+    worker = settings.worker
+    if worker.serve_pool_calls:
         where.append(
-            f"queue {settings.queue!r}, scope {settings.scope!r}, workspace {settings.workspace}"
+            f"queue {settings.client.queue!r}, scope {worker.scope!r}, workspace {worker.workspace}"
         )
-    if settings.sessions_root is not None:
-        where.append(f"sessions in {settings.sessions_root} on host {host_name(settings.host)!r}")
+    if worker.sessions_root is not None:
+        where.append(f"sessions in {worker.sessions_root} on host {host_name(worker.host)!r}")
     click.echo(
         f"toolpool worker: {_processes(workers)} ({_mode(fork, workers)}) on {shown_url(url)}, "
         + "; ".join(where)
@@ -281,17 +282,16 @@ def up_command(
         workspace=workspace,
         sessions_root=sessions_root,
         host=host,
-        bash_sandbox=sandbox,
-        bash_network=bash_network,
     )
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
+    settings = _with_tool_settings(settings, served, sandbox, bash_network)
     sandbox_report = _check_sandbox(settings, served)
     _setup_logging(log_level)
     server: RedisServer | None = None
-    if settings.redis_url:
-        _check_redis(settings.redis_url, _UP_HINT)
-        url = settings.redis_url
+    if settings.redis.url:
+        _check_redis(settings.redis.url, _UP_HINT)
+        url = settings.redis.url
         click.echo(f"toolpool up: Redis at {shown_url(url)}")
     else:
         server = _start_private_redis()
@@ -303,11 +303,13 @@ def up_command(
     try:
         pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
         sessions = (
-            "" if settings.sessions_root is None else f", sessions in {settings.sessions_root}"
+            ""
+            if settings.worker.sessions_root is None
+            else f", sessions in {settings.worker.sessions_root}"
         )
         click.echo(
             f"toolpool up: {_processes(workers)} ({_mode(fork, workers)}), "
-            f"workspace {settings.workspace}{sessions}"
+            f"workspace {settings.worker.workspace}{sessions}"
         )
         click.echo(f"toolpool up: {served.describe()}")
         _print_sandbox(sandbox_report, "toolpool up")
@@ -329,6 +331,7 @@ class _Served:
     read_only: bool
     disabled: tuple[str, ...]
     names: tuple[str, ...]
+    settings_classes: tuple[type[SettingsGroup], ...] = ()
 
     def describe(self) -> str:
         how = []
@@ -351,7 +354,27 @@ def _served(
             build_registry(tool_specs), read_only=read_only, disabled=frozenset(disabled)
         )
     )
-    return _Served(tool_specs, read_only, disabled, tuple(registry.names()))
+    return _Served(
+        tool_specs, read_only, disabled, tuple(registry.names()), registry.settings_classes()
+    )
+
+
+def _with_tool_settings(
+    settings: Settings, served: _Served, sandbox: str | None, network: bool | None
+) -> Settings:
+    """The served tools' own settings from the environment, read here once so that a bad
+    value fails now, with ``--sandbox`` and ``--bash-network`` on top of bash's."""
+    tools = [or_fail(kind.from_env) for kind in served.settings_classes]
+    settings = settings.with_tools(*tools)
+    if BashSettings not in served.settings_classes:
+        return settings
+    bash = settings.tool(BashSettings)
+    bash = replace(
+        bash,
+        sandbox=bash.sandbox if sandbox is None else sandbox,
+        network=bash.network if network is None else network,
+    )
+    return settings.with_tools(bash)
 
 
 def _check_sandbox(settings: Settings, served: _Served) -> ConfinementReport | None:
@@ -359,7 +382,7 @@ def _check_sandbox(settings: Settings, served: _Served) -> ConfinementReport | N
     and cannot run. Checked here, once, as the workers' user on the workers' machine."""
     if "bash" not in served.names:
         return None
-    report = describe_confinement(settings)
+    report = describe_confinement(settings.tool(BashSettings))
     if report.refusal:
         raise click.ClickException(report.refusal)
     return report
@@ -417,10 +440,10 @@ def _start_private_redis() -> RedisServer:
 
 def _check_names(settings: Settings) -> None:
     try:
-        keys = Keys(settings.key_prefix)
-        keys.lock(settings.scope)
-        keys.queue_name(settings.queue)
-        host_name(settings.host)
+        keys = Keys(settings.redis.key_prefix)
+        keys.lock(settings.worker.scope)
+        keys.queue_name(settings.client.queue)
+        host_name(settings.worker.host)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -46,8 +46,8 @@ class Claim:
         self._events = events
         self._store = store
         self._worker = worker_name
-        self._liveness_ms = int(settings.call_liveness_s * 1000)
-        self._heartbeat_s = settings.call_heartbeat_s
+        self._liveness_ms = int(settings.client.call_liveness_s * 1000)
+        self._heartbeat_s = settings.client.call_heartbeat_s
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
         job = state.the_job()

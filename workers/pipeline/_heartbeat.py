@@ -35,8 +35,8 @@ class Heartbeat:
         self._client = client
         self._keys = keys
         self._worker = worker_name
-        self._interval = settings.call_heartbeat_s
-        self._ttl_ms = int(settings.call_liveness_s * 1000)
+        self._interval = settings.client.call_heartbeat_s
+        self._ttl_ms = int(settings.client.call_liveness_s * 1000)
         self._lock = threading.Lock()
         self._watched: tuple[CallJob, threading.Event] | None = None
         self._thread_pid: int | None = None

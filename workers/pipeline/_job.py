@@ -20,7 +20,7 @@ def install(runtime: WorkerRuntime) -> None:
     global _runtime, _admin  # noqa: PLW0603 -- one runtime per worker process, set once
     _runtime = runtime
     _admin = SessionAdmin(
-        runtime.client, runtime.keys, runtime.settings.sessions_root, runtime.host
+        runtime.client, runtime.keys, runtime.settings.worker.sessions_root, runtime.host
     )
 
 

@@ -21,7 +21,7 @@ KeepFullOutput = Callable[[ToolCall, str], "str | None"]
 
 
 class FullOutputKeeper:
-    """The worker's keeper: the full output in Redis, for ``settings.full_output_ttl`` seconds.
+    """The worker's keeper: the full output in Redis, ``settings.worker.full_output_ttl`` s.
 
     Keeping is a courtesy: when Redis does not answer, the result is still cut and answered,
     only without the note that says where the rest is.
@@ -29,8 +29,8 @@ class FullOutputKeeper:
 
     def __init__(self, results: ResultStore, settings: Settings) -> None:
         self._results = results
-        self._ttl = settings.full_output_ttl
-        self._max_bytes = settings.full_output_max_bytes
+        self._ttl = settings.worker.full_output_ttl
+        self._max_bytes = settings.worker.full_output_max_bytes
 
     def __call__(self, call: ToolCall, text: str) -> str | None:
         """Store ``text`` as the full output of ``call``; the marker's note, or None."""

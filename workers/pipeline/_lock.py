@@ -83,7 +83,7 @@ class LeaseGuard:
     ) -> None:
         self._locks = LockScopes(rwlock)
         self._events = events
-        self._wait_s = settings.lock_wait_timeout
+        self._wait_s = settings.worker.lock_wait_timeout
         self._worker = worker_name
         self._barrier = barrier
         self._lock_loss = lock_loss

@@ -42,15 +42,17 @@ def run(state: CallState) -> ToolResult:
     """Step (the last): run the tool and answer with what it returned or raised."""
     call, tool, arguments = state.call, state.checked_tool(), state.arguments
     limit = time_limit(tool, arguments)
+    own = None if tool.settings_class is None else state.settings.tool(tool.settings_class)
     context = ToolContext(
         workspace=state.workspace,
-        settings=state.settings,
+        settings=own,
         call_id=call.id,
         tool_name=tool.name,
         deadline=time.monotonic() + limit,
         cancelled=state.cancelled,
         fence=state.held.check_fence if state.held is not None else state.fence,
         shell=state.shell,
+        worker_folders=state.settings.worker.folders,
     )
     if context.cancelled.is_set():
         return finish(

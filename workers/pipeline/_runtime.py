@@ -45,16 +45,16 @@ class WorkerRuntime:
         self.settings = settings
         self.registry = registry
         self.worker_name = worker_name
-        self.keys = Keys(settings.key_prefix)
-        self.workspace = Workspace(settings.workspace)
-        self.host = host_name(settings.host)
+        self.keys = Keys(settings.redis.key_prefix)
+        self.workspace = Workspace(settings.worker.workspace)
+        self.host = host_name(settings.worker.host)
         self.client = connect(redis_url, role=STANDARD)
         self.lock = lock or RWLock.from_url(
-            redis_url, settings.scope, keys=self.keys, lease_ms=settings.lock_lease_ms
+            redis_url, settings.worker.scope, keys=self.keys, lease_ms=settings.worker.lock_lease_ms
         )
-        self.results = ResultStore(self.client, self.keys, ttl=settings.result_ttl)
+        self.results = ResultStore(self.client, self.keys, ttl=settings.worker.result_ttl)
         self.events = EventLog(
-            self.client, self.keys, maxlen=settings.events_maxlen, worker=worker_name
+            self.client, self.keys, maxlen=settings.worker.events_maxlen, worker=worker_name
         )
         self.sessions = SessionStore(self.client, self.keys)
         store = Store(self.results, self.events)
@@ -66,7 +66,7 @@ class WorkerRuntime:
             settings,
             worker_name=worker_name,
             lock_loss=lock_loss,
-            barrier=CommitBarrier(timeout=settings.lock_wait_timeout),
+            barrier=CommitBarrier(timeout=settings.worker.lock_wait_timeout),
         )
         # The worker's steps, outermost first: each one's code before ``proceed`` runs in this
         # order, its code after it in reverse. So, in time: claim, validate, lock (the lease,
@@ -87,9 +87,9 @@ class WorkerRuntime:
             # session: a session's call runs in its folder, lock scope and shell state
             EnterSession(
                 self.sessions,
-                settings.sessions_root,
+                settings.worker.sessions_root,
                 self.host,
-                pool_calls=settings.serve_pool_calls,
+                pool_calls=settings.worker.serve_pool_calls,
             ),
             *CALL_STEPS,  # validate, restate (lock loss), lock: the steps of every run
         )

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,7 +39,7 @@ from typing import Any
 import redis
 
 from executor import ConfigurationError
-from executor._settings import ENV_PREFIX, Settings, TruncationPolicy
+from executor._settings import Settings
 from workers.pool._process import worker_name
 from workers.pool._reaper import TOKEN_ENV, DeadChild, Reaper
 
@@ -67,30 +67,13 @@ class PoolChild:
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:
-    """The ``TOOLPOOL_*`` variables from which ``Settings.from_env()`` rebuilds ``settings``.
+    """The ``TOOLPOOL_*`` variables from which a child's ``Settings.from_env()`` rebuilds
+    ``settings``, tools' own settings included (``Settings.environment``).
 
     Raises ``ConfigurationError`` if some field would not come back equal (a type that
     ``from_env`` cannot parse), rather than start children with other settings.
     """
-    env: dict[str, str] = {}
-    for item in fields(Settings):
-        value = getattr(settings, item.name)
-        if isinstance(value, TruncationPolicy):
-            env[ENV_PREFIX + "MAX_RESULT_CHARS"] = str(value.default_max_chars)
-            env[ENV_PREFIX + "RESULT_CAP"] = str(value.global_cap)
-            env[ENV_PREFIX + "HEAD_RATIO"] = repr(value.head_ratio)
-        elif value is not None:
-            env[ENV_PREFIX + item.name.upper()] = str(value)
-    rebuilt = Settings.from_env(env)
-    differ = [
-        f.name for f in fields(Settings) if getattr(rebuilt, f.name) != getattr(settings, f.name)
-    ]
-    if differ:
-        raise ConfigurationError(
-            f"These settings cannot be passed to worker processes through TOOLPOOL_* "
-            f"variables: {', '.join(differ)}."
-        )
-    return env
+    return settings.environment()
 
 
 @dataclass
@@ -139,10 +122,10 @@ class WorkerPool:
         if workers < 1:
             raise ConfigurationError(f"A pool needs at least one worker, got {workers}.")
         self.redis_url = redis_url
-        root = settings.sessions_root
+        root = settings.worker.sessions_root
         self.settings = settings.with_changes(
             redis_url=redis_url,
-            workspace=Path(settings.workspace).resolve(),
+            workspace=Path(settings.worker.workspace).resolve(),
             sessions_root=None if root is None else Path(root).resolve(),
         )
         self.tool_specs = tuple(tool_specs)

@@ -101,12 +101,12 @@ def run_worker(
     runtime = WorkerRuntime(redis_url, settings, registry, worker_name=name)
     job.install(runtime)
     worker_class = ToolpoolForkingWorker if forking else ToolpoolWorker
-    queue = call_queue(runtime.client, runtime.keys, settings.queue)
-    queues = [queue] if settings.serve_pool_calls else []
+    queue = call_queue(runtime.client, runtime.keys, settings.client.queue)
+    queues = [queue] if settings.worker.serve_pool_calls else []
     host_queue = ""
-    if settings.sessions_root is not None:
+    if settings.worker.sessions_root is not None:
         # The host's session calls first: they can only run here, the pool's queue anywhere.
-        host_queue = runtime.keys.host_queue_name(settings.queue, runtime.host)
+        host_queue = runtime.keys.host_queue_name(settings.client.queue, runtime.host)
         queues.insert(0, named_queue(runtime.client, host_queue))
     if not queues:
         raise ConfigurationError(
@@ -122,20 +122,20 @@ def run_worker(
         host=runtime.host,
         pid=os.getpid(),
         host_queue=host_queue,
-        pool_calls=settings.serve_pool_calls,
+        pool_calls=settings.worker.serve_pool_calls,
         read_only=bool(registry.names()) and all(item.is_read_only for item in registry),
         withheld=registry.withheld if isinstance(registry, ServedRegistry) else None,
     )
     publisher = CatalogPublisher(runtime.client, runtime.keys, entry)
     publisher.start()
     sweeper = None
-    if settings.sessions_root is not None:
+    if settings.worker.sessions_root is not None:
         sweeper = SessionSweeper(
             runtime.client,
             runtime.keys,
-            settings.sessions_root,
+            settings.worker.sessions_root,
             runtime.host,
-            settings.session_sweep_s,
+            settings.worker.session_sweep_s,
         )
         sweeper.start()
     try:

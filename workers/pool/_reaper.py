@@ -92,11 +92,14 @@ class Reaper:
         # Jobs seen unstarted in the intermediate list by sweep_dequeued, and since when.
         self._first_seen: dict[str, float] = {}
         self._host = host
-        self._keys = Keys(settings.key_prefix)
+        self._keys = Keys(settings.redis.key_prefix)
         self._client = connect(redis_url, role=STANDARD)
-        self._results = ResultStore(self._client, self._keys, ttl=settings.result_ttl)
+        self._results = ResultStore(self._client, self._keys, ttl=settings.worker.result_ttl)
         self._lock = RWLock.from_url(
-            redis_url, settings.scope, keys=self._keys, lease_ms=settings.lock_lease_ms
+            redis_url,
+            settings.worker.scope,
+            keys=self._keys,
+            lease_ms=settings.worker.lock_lease_ms,
         )
 
     def close(self) -> None:
@@ -201,7 +204,7 @@ class Reaper:
 
     def _events(self, worker: str) -> EventLog:
         return EventLog(
-            self._client, self._keys, maxlen=self._settings.events_maxlen, worker=worker
+            self._client, self._keys, maxlen=self._settings.worker.events_maxlen, worker=worker
         )
 
     def _served_queues(self, name: str) -> list[Queue]:
@@ -285,13 +288,15 @@ class Reaper:
         self._first_seen = seen
 
     def _pool_queue(self) -> Queue:
-        return call_queue(self._client, self._keys, self._settings.queue)
+        return call_queue(self._client, self._keys, self._settings.client.queue)
 
     def _pool_queues(self) -> list[Queue]:
         """The pool's queue and, when it serves sessions, its host's queue."""
         queues = [self._pool_queue()]
-        if self._settings.sessions_root is not None:
-            name = self._keys.host_queue_name(self._settings.queue, host_name(self._settings.host))
+        if self._settings.worker.sessions_root is not None:
+            name = self._keys.host_queue_name(
+                self._settings.client.queue, host_name(self._settings.worker.host)
+            )
             queues.append(named_queue(self._client, name))
         return queues
 

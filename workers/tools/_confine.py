@@ -6,9 +6,10 @@ where no memory cgroup exists), then runs the command, inside bubblewrap (``_san
 the sandbox is on. Hard limits equal soft ones (CPU: one second above, so SIGXCPU comes
 first), and the sandbox drops every capability, so the command cannot raise them.
 
-``Settings.bash_sandbox``: ``off``; ``auto`` (the default: sandboxed where bubblewrap works,
-else unconfined, with a warning at worker start); ``required`` (never unconfined: a worker
-without a working sandbox refuses to start, and a call that finds none is an error).
+``BashSettings.sandbox`` (``TOOLPOOL_BASH_SANDBOX``): ``off``; ``auto`` (the default:
+sandboxed where bubblewrap works, else unconfined, with a warning at worker start);
+``required`` (never unconfined: a worker without a working sandbox refuses to start, and a
+call that finds none is an error).
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from executor import Settings, ToolError
+from executor import ToolError
 from workers.tools._cgroup import CallCgroup, Cgroups, Limits, find_cgroups
 from workers.tools._sandbox import SANDBOX_HOME, SANDBOX_TMP, SandboxSpec, bwrap_argv, probe
 from workers.tools._sandbox import hidden_paths as _hidden_paths
+from workers.tools._shell_settings import BashSettings
 
 # Runs outside the sandbox, as the command's first process: join the cgroups, set the limits,
 # then exec the rest. Its arguments: file size (512-byte blocks), CPU seconds, address space
@@ -45,26 +47,30 @@ class Confinement:
     """One command's confinement: what runs before ``bash -c``, its environment, its cgroup.
 
     A context manager: leaving it kills what is left of the command and removes its cgroup.
+    ``worker_folders``: the worker's own folders, hidden from the sandbox but for ``workspace``.
     """
 
-    settings: Settings
+    settings: BashSettings
     workspace: Path
     bwrap: str | None
     launcher: list[str]
     env: dict[str, str] = field(default_factory=dict)
     cgroup: CallCgroup | None = None
+    worker_folders: tuple[Path, ...] = ()
 
     @classmethod
-    def prepare(cls, settings: Settings, workspace: Path) -> Confinement:
+    def prepare(
+        cls, settings: BashSettings, workspace: Path, worker_folders: tuple[Path, ...] = ()
+    ) -> Confinement:
         """Decide how a command with write access to ``workspace`` runs; make its cgroup."""
         bwrap: str | None = None
         env: dict[str, str] = {}
-        if settings.bash_sandbox != "off":
-            found = probe(settings.bash_network)
+        if settings.sandbox != "off":
+            found = probe(settings.network)
             if found.bwrap is not None:
                 bwrap = found.bwrap
                 env = {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
-            elif settings.bash_sandbox == "required":
+            elif settings.sandbox == "required":
                 raise ToolError(
                     f"bash needs its sandbox on this worker (sandbox mode 'required'), but "
                     f"{found.reason}; nothing ran. Ask the operator to fix the worker."
@@ -73,7 +79,8 @@ class Confinement:
         # In the sandbox the PID namespace ends what leaves the process group; without it,
         # the cgroup is what finds those processes.
         cgroup = _call_cgroup(cgroups, settings, track=bwrap is None)
-        return cls(settings, workspace, bwrap, _launcher(settings, cgroups, cgroup), env, cgroup)
+        launcher = _launcher(settings, cgroups, cgroup)
+        return cls(settings, workspace, bwrap, launcher, env, cgroup, worker_folders)
 
     def __enter__(self) -> Confinement:
         return self
@@ -91,9 +98,9 @@ class Confinement:
             return list(self.launcher)
         spec = SandboxSpec(
             self.workspace,
-            hidden_paths(self.settings, self.workspace),
-            network=self.settings.bash_network,
-            tmp_bytes=self.settings.bash_tmp_mb * _MIB,
+            hidden_paths(self.settings, self.workspace, self.worker_folders),
+            network=self.settings.network,
+            tmp_bytes=self.settings.tmp_mb * _MIB,
             read_only_files=read_only_files,
         )
         return [*self.launcher, *bwrap_argv(self.bwrap, spec, cwd)]
@@ -113,7 +120,7 @@ class Confinement:
 
     def cpu_over(self) -> bool:
         """True once the command's processes together used more than the CPU time limit."""
-        limit = self.settings.bash_cpu_seconds
+        limit = self.settings.cpu_seconds
         used = None if self.cgroup is None or not limit else self.cgroup.cpu_seconds()
         return used is not None and used > limit
 
@@ -124,33 +131,30 @@ class Confinement:
         settings, cgroup, reached = self.settings, self.cgroup, []
         if cpu_total:
             reached.append(
-                f"the CPU time limit of {settings.bash_cpu_seconds:g} s (all its processes "
-                "together)"
+                f"the CPU time limit of {settings.cpu_seconds:g} s (all its processes together)"
             )
         signalled = {-returncode, returncode - 128}
         if cgroup is not None and (kills := cgroup.memory_kills()):
             reached.append(
-                f"the memory limit of {settings.bash_memory_mb} MiB (the kernel killed "
+                f"the memory limit of {settings.memory_mb} MiB (the kernel killed "
                 f"{_count(kills, 'process', 'processes')} of the command)"
             )
-        elif settings.bash_memory_mb and any(text in stderr for text in _NO_MEMORY):
-            reached.append(
-                f"the memory limit of {settings.bash_memory_mb} MiB (an allocation failed)"
-            )
+        elif settings.memory_mb and any(text in stderr for text in _NO_MEMORY):
+            reached.append(f"the memory limit of {settings.memory_mb} MiB (an allocation failed)")
         if cgroup is not None and (refused := cgroup.processes_refused()):
             reached.append(
-                f"the limit of {settings.bash_max_processes} processes "
+                f"the limit of {settings.max_processes} processes "
                 f"({_count(refused, 'fork', 'forks')} refused)"
             )
         if signal.SIGXCPU in signalled or "CPU time limit exceeded" in stderr:
-            reached.append(f"the CPU time limit of {settings.bash_cpu_seconds:g} s per process")
+            reached.append(f"the CPU time limit of {settings.cpu_seconds:g} s per process")
         if signal.SIGXFSZ in signalled or any(
             text in stderr for text in ("File size limit exceeded", "File too large")
         ):
-            reached.append(f"the file size limit of {settings.bash_file_size_mb} MiB per file")
+            reached.append(f"the file size limit of {settings.file_size_mb} MiB per file")
         if self.bwrap is not None and "No space left on device" in stderr:
             reached.append(
-                f"the space of the private /tmp ({settings.bash_tmp_mb} MiB), or the "
+                f"the space of the private /tmp ({settings.tmp_mb} MiB), or the "
                 "workspace's disk is full"
             )
         return reached
@@ -162,19 +166,19 @@ class Confinement:
             self.cgroup = None
 
 
-def hidden_paths(settings: Settings, workspace: Path) -> tuple[Path, ...]:
+def hidden_paths(
+    settings: BashSettings, workspace: Path, worker_folders: tuple[Path, ...] = ()
+) -> tuple[Path, ...]:
     """What a command in ``workspace`` must not see: the configured list, and this worker's
     other places (the pool workspace, the sessions root), unless one is the workspace."""
-    return _hidden_paths(
-        settings.bash_hide, workspace, (settings.workspace, settings.sessions_root)
-    )
+    return _hidden_paths(settings.hide, workspace, worker_folders)
 
 
-def _call_cgroup(cgroups: Cgroups, settings: Settings, track: bool) -> CallCgroup | None:
+def _call_cgroup(cgroups: Cgroups, settings: BashSettings, track: bool) -> CallCgroup | None:
     limits = Limits(
-        processes=settings.bash_max_processes,
-        memory_bytes=settings.bash_memory_mb * _MIB,
-        cpu_seconds=settings.bash_cpu_seconds,
+        processes=settings.max_processes,
+        memory_bytes=settings.memory_mb * _MIB,
+        cpu_seconds=settings.cpu_seconds,
     )
     if not CallCgroup.needed(cgroups, limits, track):
         return None
@@ -186,13 +190,13 @@ def _call_cgroup(cgroups: Cgroups, settings: Settings, track: bool) -> CallCgrou
         ) from None
 
 
-def _launcher(settings: Settings, cgroups: Cgroups, cgroup: CallCgroup | None) -> list[str]:
-    size = str(settings.bash_file_size_mb * 2048) if settings.bash_file_size_mb else "-"
-    cpu = str(math.ceil(settings.bash_cpu_seconds)) if settings.bash_cpu_seconds else "-"
+def _launcher(settings: BashSettings, cgroups: Cgroups, cgroup: CallCgroup | None) -> list[str]:
+    size = str(settings.file_size_mb * 2048) if settings.file_size_mb else "-"
+    cpu = str(math.ceil(settings.cpu_seconds)) if settings.cpu_seconds else "-"
     # Address space only stands in for a memory cgroup: it counts reservations, not use.
     space = "-"
-    if settings.bash_memory_mb and cgroups.memory is None:
-        space = str(settings.bash_memory_mb * 1024)
+    if settings.memory_mb and cgroups.memory is None:
+        space = str(settings.memory_mb * 1024)
     procs = [] if cgroup is None else cgroup.procs_files
     if (size, cpu, space) == ("-", "-", "-") and not procs:
         return []
@@ -212,21 +216,21 @@ class Report:
     refusal: str = ""
 
 
-def describe(settings: Settings) -> Report:
+def describe(settings: BashSettings) -> Report:
     """The sandbox and the limits in force for this worker's bash commands."""
     lines: list[str] = []
     warning = refusal = ""
-    if settings.bash_sandbox == "off":
+    if settings.sandbox == "off":
         lines.append("bash sandbox: off (commands run unconfined, as the worker's user)")
     else:
-        found = probe(settings.bash_network)
+        found = probe(settings.network)
         if found.bwrap is not None:
-            network = "network allowed" if settings.bash_network else "no network"
+            network = "network allowed" if settings.network else "no network"
             lines.append(
                 f"bash sandbox: {found.version or 'bubblewrap'} (workspace-only writes, own "
                 f"PID namespace, {network})"
             )
-        elif settings.bash_sandbox == "required":
+        elif settings.sandbox == "required":
             refusal = (
                 f"bash's sandbox is required (--sandbox required), but {found.reason}. "
                 + _INSTALL_HINT
@@ -240,19 +244,19 @@ def describe(settings: Settings) -> Report:
             )
     cgroups = find_cgroups()
     limits = []
-    if settings.bash_max_processes:
+    if settings.max_processes:
         limits.append(
-            f"{settings.bash_max_processes} processes ({cgroups.describe('pids')})"
+            f"{settings.max_processes} processes ({cgroups.describe('pids')})"
             if cgroups.pids is not None
             else "processes: not enforced (no pids cgroup)"
         )
-    if settings.bash_memory_mb:
-        limits.append(f"memory {settings.bash_memory_mb} MiB ({_memory_where(cgroups)})")
-    if settings.bash_cpu_seconds:
+    if settings.memory_mb:
+        limits.append(f"memory {settings.memory_mb} MiB ({_memory_where(cgroups)})")
+    if settings.cpu_seconds:
         total = "" if cgroups.cpu is None else " and for all its processes together"
-        limits.append(f"CPU {settings.bash_cpu_seconds:g} s per process{total}")
-    if settings.bash_file_size_mb:
-        limits.append(f"file size {settings.bash_file_size_mb} MiB")
+        limits.append(f"CPU {settings.cpu_seconds:g} s per process{total}")
+    if settings.file_size_mb:
+        limits.append(f"file size {settings.file_size_mb} MiB")
     lines.append("bash limits: " + ("; ".join(limits) or "none"))
     return Report(lines, warning, refusal)
 

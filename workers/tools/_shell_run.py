@@ -23,6 +23,7 @@ from executor import FenceError, ToolError
 from executor import _texts as texts
 from executor.contract import ToolContext
 from workers.tools._confine import Confinement
+from workers.tools._shell_settings import BashSettings
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
 _KILL_GRACE = 1.0
@@ -145,7 +146,7 @@ class ShellRun:
                         f"Command timed out after {limit:g} s; it and every process it started "
                         f"were killed.{also} Output so far:"
                     )
-                    + f"\nGive a larger timeout (at most {ctx.settings.bash_max_timeout:g} s) "
+                    + f"\nGive a larger timeout (at most {_max_timeout(ctx):g} s) "
                     "or split the work into shorter commands."
                 )
             if ctx.cancelled.is_set():
@@ -394,3 +395,7 @@ def _group_alive(pgid: int) -> bool:
         if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
             return True
     return False
+
+
+def _max_timeout(ctx: ToolContext) -> float:
+    return ctx.settings_as(BashSettings).max_timeout

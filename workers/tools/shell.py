@@ -9,8 +9,9 @@ sandbox's PID namespace, or is found in the cgroup; without either it escapes, a
 it may hold open are abandoned after a short wait, not waited for.
 
 The command gets only an allow-listed part of the worker's environment (``_BASE_ENV`` plus the
-names in ``Settings.bash_env``): the worker's own variables hold secrets such as the Redis URL
-with its password, and whatever a model's command can read, the model can print.
+names in ``BashSettings.env``, ``TOOLPOOL_BASH_ENV``): the worker's own variables hold secrets
+such as the Redis URL with its password, and whatever a model's command can read, the model can
+print.
 
 In a session, the shell state carries over from call to call, as in an interactive shell: a
 command starts in the directory the session's last command ended in, with the variables it
@@ -31,6 +32,7 @@ from executor import ToolError
 from executor.contract import ToolContext, tool
 from workers.tools._confine import Confinement
 from workers.tools._shell_run import ShellRun
+from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_state import SessionShell
 
 # When the runner's deadline is nearer than the wanted time limit, stop this much earlier so
@@ -62,7 +64,7 @@ _BASE_ENV = (
 _SAFETY_LIMIT = 600.0
 
 
-@tool(timeout_argument="timeout", timeout=_SAFETY_LIMIT)
+@tool(timeout_argument="timeout", timeout=_SAFETY_LIMIT, settings=BashSettings)
 def bash(
     ctx: ToolContext,
     command: Annotated[
@@ -100,10 +102,11 @@ def bash(
             "bash is not available on this worker (no 'bash' on its PATH), so shell commands "
             "cannot run here. Use the file tools (read_file, list_directory, glob, grep) instead."
         )
-    env = _environment(os.environ, ctx.settings.bash_env)
-    cap = ctx.settings.bash_max_output_bytes
+    settings = ctx.settings_as(BashSettings)
+    env = _environment(os.environ, settings.env)
+    cap = settings.max_output_bytes
     root = ctx.workspace.root
-    with Confinement.prepare(ctx.settings, root) as confinement:
+    with Confinement.prepare(settings, root, ctx.worker_folders) as confinement:
         env.update(confinement.env)
         if ctx.shell is None:
             run = ShellRun.start(
@@ -142,13 +145,13 @@ def _environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:
 
 
 def _time_limit(ctx: ToolContext, requested: float | None) -> float:
-    maximum = ctx.settings.bash_max_timeout
+    maximum = ctx.settings_as(BashSettings).max_timeout
     if requested is not None and requested > maximum:
         raise ToolError(
             f"timeout {requested:g} s is above the maximum of {maximum:g} s. Ask for at most "
             f"{maximum:g} s, or split the work into shorter commands."
         )
-    limit = requested if requested is not None else ctx.settings.bash_default_timeout
+    limit = requested if requested is not None else ctx.settings_as(BashSettings).default_timeout
     remaining = ctx.remaining()
     if remaining - _REPORT_MARGIN < limit:
         limit = max(remaining - _REPORT_MARGIN, _MIN_LIMIT)

@@ -14,11 +14,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from executor import ToolError
+from executor._settings import SettingsGroup, setting
 from executor.contract import ToolContext, tool
 
 MAX_CITY_CHARS = 100
@@ -67,7 +69,22 @@ _WMO_CODES: dict[int, str] = {
 }
 
 
-@tool(concurrency_safe=True, read_only=True)
+@dataclass(frozen=True)
+class WeatherSettings(SettingsGroup):
+    """Where get_weather asks, and how long it waits for an answer."""
+
+    weather_url: str = setting(
+        "https://api.open-meteo.com", "WEATHER_URL", "the forecast service's base URL"
+    )
+    geocoding_url: str = setting(
+        "https://geocoding-api.open-meteo.com",
+        "GEOCODING_URL",
+        "the geocoding service's base URL",
+    )
+    http_timeout: float = setting(5.0, "HTTP_TIMEOUT", "get_weather's seconds per HTTP request")
+
+
+@tool(concurrency_safe=True, read_only=True, settings=WeatherSettings)
 def get_weather(
     ctx: ToolContext,
     city: Annotated[
@@ -83,7 +100,9 @@ def get_weather(
             f"The city name is {len(name)} characters long; at most {MAX_CITY_CHARS} are "
             "accepted. Give just the city's name."
         )
-    deadline = time.monotonic() + min(ctx.settings.http_timeout * 2, ctx.remaining())
+    deadline = time.monotonic() + min(
+        ctx.settings_as(WeatherSettings).http_timeout * 2, ctx.remaining()
+    )
     place = _find_city(ctx, name, deadline)
     current = _current_weather(ctx, place, deadline)
     return _describe(place, current)
@@ -91,8 +110,8 @@ def get_weather(
 
 def _find_city(ctx: ToolContext, name: str, deadline: float) -> dict[str, Any]:
     query = {"name": name, "count": 1, "language": "en", "format": "json"}
-    url = _url(ctx.settings.geocoding_url, "/v1/search", query)
-    answer = _get_json(url, ctx.settings.http_timeout, deadline)
+    url = _url(ctx.settings_as(WeatherSettings).geocoding_url, "/v1/search", query)
+    answer = _get_json(url, ctx.settings_as(WeatherSettings).http_timeout, deadline)
     results = answer.get("results")
     if not results:
         raise ToolError(
@@ -113,8 +132,8 @@ def _current_weather(ctx: ToolContext, place: dict[str, Any], deadline: float) -
         "longitude": place["longitude"],
         "current": ",".join(_CURRENT_FIELDS),
     }
-    url = _url(ctx.settings.weather_url, "/v1/forecast", query)
-    answer = _get_json(url, ctx.settings.http_timeout, deadline)
+    url = _url(ctx.settings_as(WeatherSettings).weather_url, "/v1/forecast", query)
+    answer = _get_json(url, ctx.settings_as(WeatherSettings).http_timeout, deadline)
     current = answer.get("current")
     if not isinstance(current, dict) or not _is_number(current.get("temperature_2m")):
         raise _malformed(url, "the forecast has no current temperature")

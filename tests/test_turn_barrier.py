@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
+from executor._rq import names as rq_names
 from executor._rq.jobs import JobStatus, job_status
 from executor.client import Executor, Turn
 from tests.support.procs import running_pool
@@ -69,6 +70,9 @@ def test_a_turn_is_stored_whole_its_later_batches_waiting(executor: Executor) ->
     barrier = executor.client.hgetall(executor.keys.turn_barrier(turn.turn_id))
     assert barrier == {b"0": b"2", b"1": b"1"}  # the last batch has no barrier
     assert executor.client.ttl(executor.keys.turn_barrier(turn.turn_id)) > 0
+    # A waiting call expires with its turn's barrier; a queued one does not (as in RQ).
+    assert executor.client.ttl(rq_names.job_key(ids[2])) > 0
+    assert executor.client.ttl(rq_names.job_key(ids[0])) == -1
 
 
 def test_the_last_result_of_a_batch_releases_the_next_batch_once(executor: Executor) -> None:
@@ -85,6 +89,7 @@ def test_the_last_result_of_a_batch_releases_the_next_batch_once(executor: Execu
 
     assert _answer(executor, turn, 1)
     assert job_status(executor.client, ids[2]) is JobStatus.QUEUED
+    assert executor.client.ttl(rq_names.job_key(ids[2])) == -1
     assert executor.queue.get_job_ids() == [ids[2]]
     assert ids[2] not in executor.queue.deferred_job_registry.get_job_ids()
     assert not _answer(executor, turn, 1, "again")
@@ -101,6 +106,16 @@ def test_any_writer_of_a_result_counts_a_lost_or_timed_out_call_too(executor: Ex
     timed_out = ToolResult.failure("p2", "read_file", ErrorType.TIMEOUT, "no result in time")
     assert executor.results.publish(plan.turn_id, timed_out, plan.then(1))
     assert executor.queue.get_job_ids() == [plan.job_ids[2]]
+
+
+def test_a_barrier_that_expired_counts_nothing_and_leaves_no_key(executor: Executor) -> None:
+    turn = _turn(executor)
+    barrier = executor.keys.turn_barrier(turn.turn_id)
+    executor.client.delete(barrier)  # as its expiry would, for a turn older than its plan
+    assert _answer(executor, turn, 0)
+    assert _answer(executor, turn, 1)
+    assert not executor.client.exists(barrier)
+    assert job_status(executor.client, turn.plan.job_ids[2]) is JobStatus.DEFERRED
 
 
 @pytest.mark.proof  # a worker pool

@@ -100,7 +100,7 @@ def enqueue_turn(
 
     ``result_ttl``: how long RQ keeps the record of a job that ended well (toolpool keeps the
     call's result itself); ``failure_ttl``: of one that failed, for whoever looks into it;
-    ``barrier_ttl``: of the barrier, as long as the turn's plan.
+    ``barrier_ttl``: of the barrier and of the waiting jobs, as long as the turn's plan.
 
     RQ's own job timeout is off (-1): the runner enforces each tool's limit, and SIGALRM
     would fire inside whatever the worker is doing, the lock's bookkeeping included.
@@ -145,6 +145,10 @@ def enqueue_turn(
                 )
                 waiting.origin = queue.name
                 waiting.save(pipeline=pipe)
+                # A waiting call lives as long as its turn's barrier: one that is never
+                # released (its turn's earlier calls were never answered) does not stay for
+                # good. The release takes the expiry off, as a queued RQ job has none.
+                pipe.expire(waiting.key, barrier_ttl)
                 queue.deferred_job_registry.add(waiting, pipeline=pipe)
         pipe.execute()
 

@@ -7,7 +7,8 @@
 -- KEYS[3]    barrier        toolpool:turn:<turn_id>:barrier HASH, batch -> calls without a result
 -- KEYS[4]    queue list     RQ's list of the turn's queue   LIST, the next batch's jobs pushed
 -- KEYS[5]    deferred       RQ's deferred registry of it    ZSET, the next batch's jobs removed
--- KEYS[6..]  job hashes     RQ's hash of each next job      HASH, status and enqueued_at set
+-- KEYS[6..]  job hashes     RQ's hash of each next job      HASH, status and enqueued_at set,
+--                           and its expiry taken off (a queued RQ job has none)
 -- ARGV[1]    result JSON
 -- ARGV[2]    wake-up        what a waiting collector pops: the result JSON itself when it is
 --                           small (no read after the wake-up), else the call id
@@ -29,8 +30,9 @@ redis.call('EXPIRE', KEYS[2], ttl)
 if #KEYS < 3 then
   return 1
 end
--- Each call's first result counts once: only a SET that succeeded gets here.
-if redis.call('HINCRBY', KEYS[3], ARGV[4], -1) ~= 0 then
+-- Each call's first result counts once: only a SET that succeeded gets here. A barrier that
+-- expired (a turn older than its plan) counts nothing: HINCRBY would make a key with no expiry.
+if redis.call('EXISTS', KEYS[3]) == 0 or redis.call('HINCRBY', KEYS[3], ARGV[4], -1) ~= 0 then
   return 1
 end
 for i = 6, #KEYS do
@@ -38,6 +40,7 @@ for i = 6, #KEYS do
   -- a worker would find nothing to run.
   if redis.call('EXISTS', KEYS[i]) == 1 then
     redis.call('HSET', KEYS[i], 'status', 'queued', 'enqueued_at', ARGV[5])
+    redis.call('PERSIST', KEYS[i])
     redis.call('RPUSH', KEYS[4], ARGV[i])
   end
   redis.call('ZREM', KEYS[5], ARGV[i])

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         UnknownToolError,
         WorkspaceError,
     )
-    from executor._settings import Settings, TruncationPolicy
+    from executor._settings import Settings, SettingsGroup, TruncationPolicy, setting
     from executor._truncation import Truncation, truncate
     from executor.client import (
         AsyncExecutor,
@@ -92,6 +92,7 @@ __all__ = [
     "SessionInfo",
     "Sessions",
     "Settings",
+    "SettingsGroup",
     "Tool",
     "ToolCall",
     "ToolContext",
@@ -113,6 +114,7 @@ __all__ = [
     "export_tools",
     "load_registry",
     "openai_tool_messages",
+    "setting",
     "tool",
     "truncate",
 ]
@@ -134,6 +136,7 @@ _MODULE_OF: dict[str, str] = {
     "SessionInfo": "executor.wire",
     "Sessions": "executor.client",
     "Settings": "executor._settings",
+    "SettingsGroup": "executor._settings",
     "Tool": "executor.contract",
     "ToolCall": "executor.wire",
     "ToolContext": "executor.contract",
@@ -155,6 +158,7 @@ _MODULE_OF: dict[str, str] = {
     "export_tools": "executor.contract",
     "load_registry": "executor.contract",
     "openai_tool_messages": "executor.client",
+    "setting": "executor._settings",
     "tool": "executor.contract",
     "truncate": "executor._truncation",
 }

@@ -46,7 +46,7 @@ from executor.cli import main
 from executor.client import Executor
 from executor.lock import RWLock
 from tests.support.ports import free_port
-from tests.support.tls import make_certificates
+from tests.support.tls import make_certificates, tls_server_args
 from workers._embedded_redis import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -407,20 +407,7 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Redis
         pytest.skip("the openssl command is needed to make a throw-away certificate")
     ca = make_certificates(tmp_path_factory.mktemp("tls") / "certs")
     port = free_port()
-    args = [
-        "--bind",
-        "127.0.0.1",
-        "--tls-port",
-        str(port),
-        "--tls-cert-file",
-        str(ca.parent / "server.crt"),
-        "--tls-key-file",
-        str(ca.parent / "server.key"),
-        "--tls-ca-cert-file",
-        str(ca),
-        "--tls-auth-clients",
-        "no",
-    ]
+    args = ["--bind", "127.0.0.1", *tls_server_args(ca, port)]
     with RedisServer(extra_args=args) as server:
         yield server, ca, port
 

@@ -27,7 +27,7 @@ from executor.client import Executor
 from executor.lock import RWLock
 from executor.wire import ErrorType, Keys, read_events
 from tests.support.ports import free_port
-from tests.support.tls import make_certificates
+from tests.support.tls import make_certificates, tls_server_args
 from tests.support.waiting import wait_for
 from workers import builtin_registry
 from workers.pool._reaper import TOKEN_ENV
@@ -114,20 +114,7 @@ class SecureRedis:
             url = f"redis://toolpool:{PASSWORD}@127.0.0.1:{port}/0"
         else:
             ca = make_certificates(folder / "tls")
-            args = [
-                "--port",
-                "0",
-                "--tls-port",
-                str(port),
-                "--tls-cert-file",
-                str(ca.parent / "server.crt"),
-                "--tls-key-file",
-                str(ca.parent / "server.key"),
-                "--tls-ca-cert-file",
-                str(ca),
-                "--tls-auth-clients",
-                "no",
-            ]
+            args = ["--port", "0", *tls_server_args(ca, port)]
             url = f"rediss://127.0.0.1:{port}/0?ssl_ca_certs={ca}"
         quiet = subprocess.DEVNULL
         process = subprocess.Popen([*base, *args], stdin=quiet, stdout=quiet, stderr=quiet)

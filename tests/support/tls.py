@@ -51,3 +51,20 @@ def make_certificates(folder: Path) -> Path:
         "ext.cnf",
     )
     return folder / "ca.crt"
+
+
+def tls_server_args(ca: Path, port: int) -> list[str]:
+    """redis-server's arguments for TLS on ``port`` with the certificates ``make_certificates``
+    made beside ``ca`` (clients are not asked for a certificate of their own)."""
+    return [
+        "--tls-port",
+        str(port),
+        "--tls-cert-file",
+        str(ca.parent / "server.crt"),
+        "--tls-key-file",
+        str(ca.parent / "server.key"),
+        "--tls-ca-cert-file",
+        str(ca),
+        "--tls-auth-clients",
+        "no",
+    ]

@@ -26,6 +26,7 @@ class _Session:
         self.env: dict[str, str] = {}
         self.saves = 0
         self.unreachable = False
+        self.settings = BashSettings()
 
     def run(self, command: str, **arguments: object) -> str:
         def save(cwd: str, env: dict[str, str]) -> bool:
@@ -36,7 +37,7 @@ class _Session:
             return True
 
         shell = ShellState(cwd=self.cwd, env=dict(self.env), save=save)
-        context = ToolContext(workspace=self.workspace, settings=BashSettings(), shell=shell)
+        context = ToolContext(workspace=self.workspace, settings=self.settings, shell=shell)
         return str(bash.invoke(context, {"command": command, **arguments}))
 
 
@@ -69,6 +70,20 @@ def test_the_state_of_a_command_that_exits_with_an_error_is_kept(session: _Sessi
 
 def test_a_cd_out_of_the_session_folder_is_not_followed(session: _Session) -> None:
     out = session.run("cd /tmp")
+    assert "outside the session folder" in out
+    assert session.cwd == "."
+    assert session.run("pwd").splitlines()[-1] == str(session.workspace.root)
+
+
+def test_a_cd_into_a_sibling_folder_sharing_the_sessions_name_is_not_followed(
+    session: _Session,
+) -> None:
+    # The session folder is .../s1; .../s1-evil starts with the same characters and is outside.
+    # Unconfined, as where bubblewrap is missing: a sandbox would not show the sibling at all.
+    session.settings = BashSettings(sandbox="off")
+    sibling = session.workspace.root.parent / f"{session.workspace.root.name}-evil"
+    sibling.mkdir()
+    out = session.run(f"cd {sibling}")
     assert "outside the session folder" in out
     assert session.cwd == "."
     assert session.run("pwd").splitlines()[-1] == str(session.workspace.root)

@@ -54,6 +54,7 @@ from benchmarks.sides import BenchError, Pool, start_builtin_workers
 from executor import Settings, ToolCall
 from executor.client import Executor
 from executor.wire import ToolStatus
+from tests.support.mcp import http_command
 from tests.support.pids import parent_of, processes_where
 from tests.support.ports import free_port
 from tests.support.procs import python_path_env, stop_process
@@ -253,19 +254,7 @@ def http_server(redis_url: str, log: Path) -> Iterator[tuple[str, int]]:
     """``toolpool mcp --http`` on a free loopback port: (its MCP URL, its pid) once it says
     it serves; stopped by its pid after."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "executor.cli",
-        "mcp",
-        "--http",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--redis",
-        redis_url,
-    ]
+    argv = http_command(redis_url, port)
     with log.open("ab") as stderr:
         process = subprocess.Popen(
             argv,

@@ -32,7 +32,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from tests.support import dist_tools
-from tests.support.mcp import ROOT, TOOLPOOL, http_server, mcp_env, start_builtin_pool
+from tests.support.mcp import ROOT, http_command, http_server, mcp_env, start_builtin_pool
 from tests.support.ports import free_port
 from tests.support.procs import DIST_TOOLS, MakeWorkers, Workers, stop_process
 from tests.support.waiting import PATIENCE_S
@@ -232,17 +232,7 @@ def test_the_http_server_stops_while_a_client_listens(
     # that never ends by itself, so the server must end it (gracefully) when told to stop.
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [
-        *TOOLPOOL,
-        "mcp",
-        "--http",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--redis",
-        redis_url,
-    ]
+    argv = http_command(redis_url, port)
     with server_log.open("ab") as stderr:
         server = subprocess.Popen(
             argv,

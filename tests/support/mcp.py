@@ -29,6 +29,21 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLPOOL = [sys.executable, "-m", "executor.cli"]
 
 
+def http_command(redis_url: str, port: int) -> list[str]:
+    """``toolpool mcp --http`` on the loopback at ``port``, against ``redis_url``."""
+    return [
+        *TOOLPOOL,
+        "mcp",
+        "--http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--redis",
+        redis_url,
+    ]
+
+
 def mcp_env(**extra: str) -> dict[str, str]:
     """The server's environment: ours without any TOOLPOOL_* variable, the repository on the
     path, plus ``extra`` (otherwise settings come from the command line only)."""
@@ -80,17 +95,7 @@ def http_server(
     ``token`` goes on the command line, or with ``token_in_env`` in TOOLPOOL_MCP_TOKEN."""
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    argv = [
-        *TOOLPOOL,
-        "mcp",
-        "--http",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--redis",
-        redis_url,
-    ]
+    argv = http_command(redis_url, port)
     env = mcp_env()
     if token is not None and token_in_env:
         env["TOOLPOOL_MCP_TOKEN"] = token

@@ -24,7 +24,9 @@
 worker-side subclasses stay with their code, since they never reach an orchestrator (each
 becomes a call's result): ``workers.pool._process.NotServedError`` (an ``UnknownToolError``: a
 tool the worker withholds) and ``workers._commit.CommitBusy`` (a ``ToolError``: the
-workspace's commit lock not had in time).
+workspace's commit lock not had in time). ``executor.wire._acks.NotAcknowledged`` (a write too few
+replicas took in time) stays with the acknowledgements: it is a redis-py ``ConnectionError``
+too, and importing an error must not import redis.
 
 Errors raised inside a tool never escape the runner: they become a ``ToolResult`` with
 ``status="error"`` (see ``workers.pipeline._runner``). A lease lost while held is not an

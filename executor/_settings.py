@@ -276,6 +276,19 @@ class RedisGroup(SettingsGroup):
         None, "REDIS_URL", "redis://, rediss:// (TLS) or unix:// URL; a password goes in it"
     )
     key_prefix: str = setting("toolpool", "KEY_PREFIX", "every key toolpool uses starts with it")
+    replicas: int = setting(
+        0,
+        "REDIS_REPLICAS",
+        "replicas that must hold each write a guarantee rests on before it is acted on (WAIT); "
+        "0: act once the primary has it",
+        check=at_least(0),
+    )
+    replica_wait_ms: int = setting(
+        500,
+        "REDIS_REPLICA_WAIT_MS",
+        "how long such a write waits for its replicas before it fails like an outage",
+        check=at_least(1),
+    )
 
 
 @dataclass(frozen=True)

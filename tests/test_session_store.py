@@ -109,7 +109,7 @@ def test_forget_removes_every_key_of_the_session(store: SessionStore, client: re
     _ready(store, "s2")
     client.zadd(KEYS.session_calls("s1"), {"c1": 1.0})
     lock = KEYS.lock(session_scope("s1"))
-    client.set(lock.fence, 7)
+    client.hset(lock.epoch, "seq", 7)
     client.hset(lock.stats, "grants_exclusive", 1)
     store.forget("s1")
     assert store.names() == ["s2"]

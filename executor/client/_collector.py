@@ -31,6 +31,7 @@ from executor._rq.jobs import JobStatus, end_job, job_status
 from executor._settings import Settings
 from executor.client._outage import UNREACHABLE, Outage, unreachable
 from executor.wire import (
+    Acks,
     ErrorType,
     EventLog,
     Keys,
@@ -114,19 +115,43 @@ class _Stepper:
 
 
 async def _get_many_async(
-    client: redis.asyncio.Redis, keys: Keys, call_ids: list[str]
+    client: redis.asyncio.Redis, keys: Keys, call_ids: list[str], acks: Acks
 ) -> dict[str, ToolResult]:
+    """``ResultStore.get_acknowledged`` on ``redis.asyncio``."""
     if not call_ids:
         return {}
-    return ResultStore.decoded(call_ids, await client.mget([keys.result(c) for c in call_ids]))
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.mget([keys.result(c) for c in call_ids])
+        added = acks.queue_confirm(pipe)
+        replies = await pipe.execute(raise_on_error=False)
+    if added:
+        acks.check(replies[-1], f"the results of {len(call_ids)} calls")
+    if isinstance(replies[0], BaseException):
+        raise replies[0]
+    return ResultStore.decoded(call_ids, replies[0])
 
 
-async def _wake_async(blocking: redis.asyncio.Redis, done_key: str, wait: float) -> list[bytes]:
+async def _wake_async(
+    blocking: redis.asyncio.Redis, done_key: str, wait: float, acks: Acks
+) -> list[bytes]:
     async with blocking.pipeline(transaction=False) as pipe:
         pipe.blpop([done_key], timeout=wait)
         pipe.lpop(done_key, _WAKE_TAKE)
-        first, rest = await pipe.execute()
-    return _taken(first, rest)
+        added = acks.queue_confirm(pipe)
+        replies = await pipe.execute(raise_on_error=False)
+    return _taken_acknowledged(replies, added, acks)
+
+
+def _taken_acknowledged(replies: list[Any], added: int, acks: Acks) -> list[bytes]:
+    """The payloads of a wake-up pipeline (BLPOP, LPOP and, with ``added``, the confirm):
+    raises if a command failed or the results that rode on it are not acknowledged. Taken
+    wake-ups are not put back: their results are read again from their keys."""
+    if added:
+        acks.check(replies[-1], "the results a wake-up carried")
+    for reply in replies[:2]:
+        if isinstance(reply, BaseException):
+            raise reply
+    return _taken(replies[0], replies[1])
 
 
 def _taken(first: tuple[bytes, bytes] | None, rest: list[bytes] | None) -> list[bytes]:
@@ -169,7 +194,7 @@ class Collector:
         while (step := stepper.next()) is not None:
             try:
                 if isinstance(step, _Read):
-                    stepper.answer(self._results.get_many(step.call_ids))
+                    stepper.answer(self._results.get_acknowledged(step.call_ids))
                 elif isinstance(step, _Wake):
                     stepper.answer(self._wake(step.key, step.wait))
                 elif isinstance(step, _Pause):
@@ -197,9 +222,14 @@ class Collector:
         while (step := stepper.next()) is not None:
             try:
                 if isinstance(step, _Read):
-                    stepper.answer(await _get_many_async(client, self._keys, step.call_ids))
+                    found = await _get_many_async(
+                        client, self._keys, step.call_ids, self._results.acks
+                    )
+                    stepper.answer(found)
                 elif isinstance(step, _Wake):
-                    stepper.answer(await _wake_async(blocking, step.key, step.wait))
+                    stepper.answer(
+                        await _wake_async(blocking, step.key, step.wait, self._results.acks)
+                    )
                 elif isinstance(step, _Pause):
                     await asyncio.sleep(step.seconds)
                 else:
@@ -273,11 +303,13 @@ class Collector:
     def _wake(self, done_key: str, wait: float) -> list[bytes]:
         """Wait up to ``wait`` s for the turn's wake-up list, then take all it holds (one
         round trip)."""
+        acks = self._results.acks
         with self._blocking.pipeline(transaction=False) as pipe:
             pipe.blpop([done_key], timeout=wait)
             pipe.lpop(done_key, _WAKE_TAKE)
-            first, rest = pipe.execute()
-        return _taken(first, rest)
+            added = acks.queue_confirm(pipe)
+            replies = pipe.execute(raise_on_error=False)
+        return _taken_acknowledged(replies, added, acks)
 
     def _find_lost(
         self, plan: TurnPlan, results: dict[str, ToolResult], watches: dict[str, _Watch]

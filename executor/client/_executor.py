@@ -45,6 +45,7 @@ from executor.client._outage import UNREACHABLE, connect, reaching, required_url
 from executor.client._routes import Routes
 from executor.contract import ToolInfo, ToolRegistry
 from executor.wire import (
+    Acks,
     CallJob,
     ErrorType,
     EventLog,
@@ -145,7 +146,12 @@ class Executor:
         self.redis_url = url
         self.keys = Keys(self.settings.redis.key_prefix)
         self.client = connect(url)
-        self.results = ResultStore(self.client, self.keys, ttl=self.settings.worker.result_ttl)
+        self.results = ResultStore(
+            self.client,
+            self.keys,
+            ttl=self.settings.worker.result_ttl,
+            acks=Acks.of(self.settings, self.keys),
+        )
         self.queue = call_queue(self.client, self.keys, self.settings.client.queue)
         self.events = EventLog(
             self.client, self.keys, maxlen=self.settings.worker.events_maxlen, worker="orchestrator"
@@ -278,6 +284,9 @@ class Executor:
             plan = _plan(turn_id, parsed, kept, answered, tools, session, queue)
             self._store_plan(self.client, plan)
         self._enqueue(plan, parsed)
+        # The plan, the ids' claims and the queued calls, on enough replicas before the turn
+        # is handed back (a no-op without TOOLPOOL_REDIS_REPLICAS).
+        self.results.acks.confirm(self.client, f"the enqueue of turn {turn_id}")
         return Turn(turn_id=turn_id, calls=parsed, plan=plan, stream_start=stream_start)
 
     def _store_plan(self, target: Redis | Pipeline, plan: TurnPlan) -> None:

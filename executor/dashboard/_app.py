@@ -33,7 +33,7 @@ from executor._connect import READER, connect
 from executor._settings import Settings
 from executor._timeline import render_svg, turn_bars
 from executor.dashboard._feed import Feed
-from executor.wire import Event, Keys, ResultStore, TurnPlan, read_events
+from executor.wire import Acks, Event, Keys, ResultStore, TurnPlan, read_events
 
 # A comment line to every viewer this often: proxies close a stream that stays silent.
 _KEEPALIVE_S = 15.0
@@ -43,7 +43,9 @@ def dashboard_app(settings: Settings, url: str, *, token: str | None = None) -> 
     """The dashboard of the pool at ``url`` (Redis), behind ``token`` if one is given."""
     keys = Keys(settings.redis.key_prefix)
     client = connect(url, role=READER)
-    results = ResultStore(client, keys, ttl=settings.worker.result_ttl)
+    results = ResultStore(
+        client, keys, ttl=settings.worker.result_ttl, acks=Acks.of(settings, keys)
+    )
     metrics = _metrics(client, settings)
     feed = Feed(url, settings, metrics[1] if metrics else (lambda event: None))
     page = files("executor.dashboard").joinpath("page.html").read_text(encoding="utf-8")

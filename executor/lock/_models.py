@@ -63,6 +63,21 @@ class WaiterStatus(BaseModel):
     deadline_in_ms: int
 
 
+# A fence is the primary's epoch above a 24-bit grant number: a fence of a newer primary is
+# higher than every fence of an older one (executor/lock/lua/_prelude.lua, epoch_of_primary).
+_SEQ_BITS = 24
+
+
+def fence_of(epoch: int, seq: int) -> int:
+    """The fence of an exclusive grant: ``epoch`` above ``seq``."""
+    return (epoch << _SEQ_BITS) | seq
+
+
+def fence_parts(fence: int) -> tuple[int, int]:
+    """A fence's epoch and grant number (the two numbers the scripts keep)."""
+    return fence >> _SEQ_BITS, fence & ((1 << _SEQ_BITS) - 1)
+
+
 class LockCounters(BaseModel):
     """The scope's counters since its keys were created (a Redis restart resets them)."""
 
@@ -77,6 +92,7 @@ class LockCounters(BaseModel):
     expired_waiters: int = 0
     lost_leases: int = 0
     wakeups: int = 0
+    epochs: int = 0  # new primaries (or data lost by a restart) seen by the lock's scripts
 
 
 class LockStatus(BaseModel):

@@ -29,7 +29,7 @@ from executor.lock._keeper import LeaseKeeper
 from executor.lock._lease import Lease
 from executor.lock._models import EXCLUSIVE, FAIR, SHARED, LockStatus, Mode, OwnerInfo, Policy
 from executor.lock._scripts import AcquireOutcome, AcquireReply, LockScripts, ReleaseOutcome
-from executor.wire import DEFAULT_SCOPE, Keys
+from executor.wire import DEFAULT_SCOPE, Acks, Keys
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 # Pause between attempts while Redis does not answer an acquire.
@@ -63,6 +63,7 @@ class RWLock:
         policy: Policy = FAIR,
         keeper: LeaseKeeper | None = None,
         blocking_client: redis.Redis | None = None,
+        acks: Acks | None = None,
     ) -> None:
         if policy not in ("fair", "read_preferring"):
             raise ConfigurationError(
@@ -99,8 +100,10 @@ class RWLock:
         self.recheck_s = recheck_s
         self.waiter_ttl_ms = waiter_ttl_ms
         self.keeper = keeper or LeaseKeeper.shared()
+        timeout = redis_client.connection_pool.connection_kwargs.get("socket_timeout")
+        self.acks = (acks or Acks()).within(timeout if isinstance(timeout, (int, float)) else None)
         self.scripts = LockScripts(
-            redis_client, self.keys, policy=policy, wake_ttl_ms=waiter_ttl_ms
+            redis_client, self.keys, policy=policy, wake_ttl_ms=waiter_ttl_ms, acks=self.acks
         )
 
     @classmethod
@@ -115,6 +118,7 @@ class RWLock:
         waiter_ttl_ms: int | None = None,
         policy: Policy = FAIR,
         keeper: LeaseKeeper | None = None,
+        acks: Acks | None = None,
     ) -> RWLock:
         """A lock with clients of its own for ``url``, with timeouts that suit it.
 
@@ -135,6 +139,7 @@ class RWLock:
             policy=policy,
             keeper=keeper,
             blocking_client=blocking,
+            acks=acks,
         )
         lock._owned_clients = (client, blocking)
         return lock
@@ -160,6 +165,7 @@ class RWLock:
             policy=self.policy,
             keeper=self.keeper,
             blocking_client=self.blocking_redis,
+            acks=self.acks,
         )
 
     def __repr__(self) -> str:
@@ -261,6 +267,11 @@ class RWLock:
                 )
                 if reply.granted or reply.outcome is AcquireOutcome.MODE_CONFLICT:
                     return reply, sent, signals
+                if reply.outcome is AcquireOutcome.STALE:
+                    # This token's grant is from before a failover and its reply never came:
+                    # never used, so drop it and ask again in this epoch.
+                    self.scripts.cancel(token)
+                    continue
                 unreachable_since = None
                 remaining = float("inf") if deadline is None else deadline - time.monotonic()
                 if reply.outcome is AcquireOutcome.WOULD_WAIT or remaining <= 0:

@@ -27,8 +27,10 @@ from executor.lock._models import (
     OwnerInfo,
     Policy,
     WaiterStatus,
+    fence_of,
+    fence_parts,
 )
-from executor.wire import LockKeys
+from executor.wire import Acks, LockKeys
 
 SCRIPT_NAMES = ("acquire", "release", "cancel", "renew", "check_fence", "status")
 # How long release.lua remembers that a token's loss was counted: longer than a holder keeps
@@ -45,6 +47,7 @@ class AcquireOutcome(enum.IntEnum):
     GRANTED = 1
     ALREADY_HELD = 2
     WOULD_WAIT = 3
+    STALE = 4
 
 
 class ReleaseOutcome(enum.IntEnum):
@@ -93,11 +96,13 @@ def decode_outcome(kind: type[_E], script: str, code: Any) -> _E:
 
 @dataclass(frozen=True)
 class AcquireReply:
-    """acquire.lua's answer: ``value`` is the fence (granted) or the queue position (queued)."""
+    """acquire.lua's answer: ``value`` is the fence (granted; 0 for shared) or the queue
+    position (queued); ``epoch`` the epoch of the primary that answered."""
 
     outcome: AcquireOutcome
     value: int
     server_time_ms: int
+    epoch: int = 0
 
     @property
     def granted(self) -> bool:
@@ -123,11 +128,19 @@ class LockScripts:
     """One scope's scripts, registered once on one client; one method per script."""
 
     def __init__(
-        self, client: redis.Redis, keys: LockKeys, *, policy: Policy, wake_ttl_ms: int
+        self,
+        client: redis.Redis,
+        keys: LockKeys,
+        *,
+        policy: Policy,
+        wake_ttl_ms: int,
+        acks: Acks | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.policy = policy
+        #: Replicas a grant, renewal, release or cancel must reach before it is acted on.
+        self.acks = acks or Acks()
         self._keys = keys.script_keys()
         self._common: list[str | int] = [policy, keys.wake_prefix, wake_ttl_ms]
         # redis-py's Script hashes the text once and falls back from EVALSHA to EVAL when the
@@ -136,6 +149,11 @@ class LockScripts:
 
     def _call(self, name: str, *args: str | int) -> Any:
         return self._scripts[name](keys=self._keys, args=[*self._common, *args])
+
+    def _acked(self, name: str, doing: str, *args: str | int) -> Any:
+        """A script that changes the lock: its reply once ``acks`` replicas hold the change."""
+        script = self._scripts[name]
+        return self.acks.run_script(self.client, script, self._keys, [*self._common, *args], doing)
 
     def acquire(
         self,
@@ -148,8 +166,9 @@ class LockScripts:
         owner_json: str,
     ) -> AcquireReply:
         """Take the lock, or queue (or re-check a queued token); see acquire.lua."""
-        reply = self._call(
+        reply = self._acked(
             "acquire",
+            f"a {mode} grant of the lock on scope {self.keys.scope!r}",
             token,
             mode,
             lease_ms,
@@ -157,15 +176,17 @@ class LockScripts:
             "1" if may_enqueue else "0",
             owner_json,
         )
-        return AcquireReply(
-            outcome=decode_outcome(AcquireOutcome, "acquire", reply[0]),
-            value=int(reply[1]),
-            server_time_ms=int(reply[2]),
-        )
+        outcome = decode_outcome(AcquireOutcome, "acquire", reply[0])
+        value, epoch = int(reply[1]), int(reply[3])
+        granted = outcome in (AcquireOutcome.GRANTED, AcquireOutcome.ALREADY_HELD)
+        if granted and mode == "exclusive":
+            value = fence_of(epoch, value)
+        return AcquireReply(outcome=outcome, value=value, server_time_ms=int(reply[2]), epoch=epoch)
 
     def release(self, token: str, reason: ReleaseReason = "release") -> ReleaseOutcome:
         """End a hold ("release", "force" or "lost"); see release.lua."""
-        reply = self._call("release", token, reason, self.keys.lost_prefix, LOST_MARK_MS)
+        doing = f"the release of lease {token} on scope {self.keys.scope!r}"
+        reply = self._acked("release", doing, token, reason, self.keys.lost_prefix, LOST_MARK_MS)
         return decode_outcome(ReleaseOutcome, "release", reply)
 
     def release_into(self, pipe: Pipeline, token: str) -> None:
@@ -183,16 +204,20 @@ class LockScripts:
 
     def cancel(self, token: str) -> CancelOutcome:
         """Leave the queue (or drop a grant whose reply was lost); see cancel.lua."""
-        return decode_outcome(CancelOutcome, "cancel", self._call("cancel", token))
+        doing = f"leaving the lock's queue on scope {self.keys.scope!r}"
+        return decode_outcome(CancelOutcome, "cancel", self._acked("cancel", doing, token))
 
     def renew(self, token: str, lease_ms: int) -> RenewOutcome:
         """Extend a live lease; never revives one; see renew.lua."""
-        reply = self._call("renew", token, lease_ms)
+        doing = f"the renewal of lease {token} on scope {self.keys.scope!r}"
+        reply = self._acked("renew", doing, token, lease_ms)
         return decode_outcome(RenewOutcome, "renew", reply[0])
 
     def check_fence(self, token: str, fence: int) -> bool:
         """Whether ``token`` holds the lock exclusively with ``fence``; see check_fence.lua."""
-        code = decode_outcome(FenceOutcome, "check_fence", self._call("check_fence", token, fence))
+        epoch, seq = fence_parts(fence)
+        reply = self._call("check_fence", token, epoch, seq)
+        code = decode_outcome(FenceOutcome, "check_fence", reply)
         return code is FenceOutcome.VALID
 
     def status(self) -> LockStatus:
@@ -203,11 +228,12 @@ class LockScripts:
         for i in range(0, len(holders_raw), 3):
             info = json.loads(_text(holders_raw[i + 2]))
             mode: Mode = info.get("mode", "exclusive")
+            fence = fence_of(int(info.get("epoch", 0)), int(info.get("seq", 0)))
             holders.append(
                 HolderStatus(
                     token=_text(holders_raw[i]),
                     mode=mode,
-                    fence=int(info["fence"]) if mode == "exclusive" else None,
+                    fence=fence if mode == "exclusive" else None,
                     owner=OwnerInfo.model_validate(info.get("owner", {})),
                     acquired_at_ms=int(info.get("acquired_at_ms", 0)),
                     remaining_ms=int(float(_text(holders_raw[i + 1]))) - now,
@@ -232,7 +258,7 @@ class LockScripts:
             scope=self.keys.scope,
             policy=self.policy,
             server_time_ms=now,
-            last_fence=int(_text(fence_raw)),
+            last_fence=fence_of(int(_text(fence_raw[0])), int(_text(fence_raw[1]))),
             holders=tuple(holders),
             queue=tuple(queue),
             counters=LockCounters(**known),

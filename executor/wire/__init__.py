@@ -15,6 +15,7 @@ from executor._lazy import face
 
 if TYPE_CHECKING:
     from executor._errors import NotServedOnQueue, NoWorkerError
+    from executor.wire._acks import Acks
     from executor.wire._catalog import (
         Catalog,
         WorkerCatalog,
@@ -61,6 +62,7 @@ __all__ = [
     "DEFAULT_SCOPE",
     "DELETING",
     "READY",
+    "Acks",
     "Batch",
     "CallJob",
     "Catalog",
@@ -106,6 +108,7 @@ _MODULE_OF: dict[str, str] = {
     "DEFAULT_SCOPE": "executor.wire._keys",
     "DELETING": "executor.wire._sessions",
     "READY": "executor.wire._sessions",
+    "Acks": "executor.wire._acks",
     "Batch": "executor.wire._turns",
     "CallJob": "executor.wire._turns",
     "Catalog": "executor.wire._catalog",

@@ -7,14 +7,16 @@ deployment can move all of toolpool's data under another prefix with one setting
 Layout (prefix ``toolpool``, lock scope ``global``)::
 
     {toolpool:lock:global}:holders       ZSET  token -> lease expiry (ms, Redis server clock)
-    {toolpool:lock:global}:holder_info   HASH  token -> JSON {mode, fence, acquired_at_ms, owner}
+    {toolpool:lock:global}:holder_info   HASH  token -> JSON {mode, epoch, seq, lease_ms,
+                                                           acquired_at_ms, owner}
     {toolpool:lock:global}:queue         ZSET  token -> ticket (FIFO order of every waiter)
     {toolpool:lock:global}:writers       ZSET  token -> ticket (the exclusive waiters only)
     {toolpool:lock:global}:deadlines     ZSET  token -> waiter liveness deadline (ms)
     {toolpool:lock:global}:waiter_info   HASH  token -> JSON {mode, enqueued_at_ms, owner}
     {toolpool:lock:global}:stats         HASH  counter name -> count
     {toolpool:lock:global}:seq           STRING last ticket handed out
-    {toolpool:lock:global}:fence         STRING last fencing token handed out
+    {toolpool:lock:global}:epoch         HASH  replid, epoch, seq: the primary's epoch and its
+                                               last exclusive grant (fence = epoch*2^24 + seq)
     {toolpool:lock:global}:wake:<token>  LIST  one waiter's wake-up signal
     {toolpool:lock:global}:lost:<token>  STRING marks a lost lease already counted
 
@@ -28,6 +30,7 @@ Calls and turns (prefix ``toolpool``)::
     toolpool:turn:<turn_id>:done         LIST   call ids, pushed as their results are stored
     toolpool:turn:<turn_id>:cancel       STRING present once the turn is cancelled
     toolpool:worker:<name>:current       STRING the call a worker runs now (JSON), for its pool
+    toolpool:acks                        STRING a counter readers bump before WAIT (acks)
     toolpool:events                      STREAM structured events, capped
     toolpool:catalog                     SET    names of the workers that publish a catalog
     toolpool:catalog:<worker>            STRING that worker's queue and tools (JSON); expires
@@ -105,8 +108,8 @@ class LockKeys:
         return f"{self.tag}:seq"
 
     @property
-    def fence(self) -> str:
-        return f"{self.tag}:fence"
+    def epoch(self) -> str:
+        return f"{self.tag}:epoch"
 
     @property
     def wake_prefix(self) -> str:
@@ -133,7 +136,7 @@ class LockKeys:
             self.waiter_info,
             self.stats,
             self.seq,
-            self.fence,
+            self.epoch,
         ]
 
 
@@ -215,6 +218,11 @@ class Keys:
     def turn_cancel(self, turn_id: str) -> str:
         """Present once the turn is cancelled."""
         return f"{self.prefix}:turn:{turn_id}:cancel"
+
+    @property
+    def ack_marker(self) -> str:
+        """A counter a reader increments so that its WAIT covers what it read (``Acks.confirm``)."""
+        return f"{self.prefix}:acks"
 
     def worker_current(self, worker_name: str) -> str:
         """The call a worker process is running, so its pool can answer it if it dies."""

@@ -10,6 +10,7 @@ from redis.client import Pipeline
 from executor import _texts as texts
 from executor._errors import ToolpoolError
 from executor._rq import names as rq_names
+from executor.wire._acks import Acks
 from executor.wire._keys import Keys
 from executor.wire._models import ToolResult
 from executor.wire._turns import NextBatch
@@ -33,12 +34,18 @@ class ResultStore:
     batch's jobs on the queue, in the same script. Whoever stores a call's result (its
     worker, the pool for a dead worker, a collector for a lost or timed-out call, a cancel)
     passes ``then``, so a batch is released exactly once, whichever result comes last.
+
+    With ``acks`` wanted, ``publish`` answers once enough replicas hold the result;
+    ``publish_into``'s caller queues the WAIT behind its pipeline (``acks.queue_wait``).
     """
 
-    def __init__(self, client: redis.Redis, keys: Keys, *, ttl: int = 3600) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: Keys, *, ttl: int = 3600, acks: Acks | None = None
+    ) -> None:
         self.client = client
         self.keys = keys
         self.ttl = ttl
+        self.acks = acks or Acks(marker=keys.ack_marker)
         self._publish = client.register_script(load_lua("publish_result"))
 
     def publish(self, turn_id: str, result: ToolResult, then: NextBatch | None = None) -> bool:
@@ -48,7 +55,8 @@ class ResultStore:
         this batch's calls all have a result.
         """
         keys, args = self._publish_keys_args(turn_id, result, then)
-        return self.stored(self._publish(keys=keys, args=args))
+        doing = f"the result of call {result.call_id}"
+        return self.stored(self.acks.run_script(self.client, self._publish, keys, args, doing))
 
     def publish_into(
         self, pipe: Pipeline, turn_id: str, result: ToolResult, then: NextBatch | None = None
@@ -111,6 +119,21 @@ class ResultStore:
         if not call_ids:
             return {}
         return self.decoded(call_ids, self.client.mget([self.keys.result(c) for c in call_ids]))
+
+    def get_acknowledged(self, call_ids: list[str]) -> dict[str, ToolResult]:
+        """``get_many``, once enough replicas hold what it found (``acks``): the read and the
+        acknowledgement in one round trip, on one connection. For results about to be handed
+        to a client."""
+        if not call_ids:
+            return {}
+        if not self.acks.wanted:
+            return self.get_many(call_ids)
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.mget([self.keys.result(c) for c in call_ids])
+            self.acks.queue_confirm(pipe)
+            raws, _, acknowledged = pipe.execute(raise_on_error=False)
+        self.acks.check(acknowledged, f"the results of {len(call_ids)} calls")
+        return self.decoded(call_ids, raws)
 
     @staticmethod
     def decoded(call_ids: list[str], raws: list[bytes | str | None]) -> dict[str, ToolResult]:

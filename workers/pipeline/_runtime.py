@@ -14,7 +14,7 @@ from executor import Settings
 from executor._connect import STANDARD, connect
 from executor.contract import ToolRegistry, Workspace
 from executor.lock import RWLock
-from executor.wire import EventLog, Keys, ResultStore, SessionStore, host_name
+from executor.wire import Acks, EventLog, Keys, ResultStore, SessionStore, host_name
 from workers.pipeline._barrier import CommitBarrier
 from workers.pipeline._chain import CallState, Step, chain
 from workers.pipeline._claim import Claim, skip_cancelled
@@ -49,10 +49,17 @@ class WorkerRuntime:
         self.workspace = Workspace(settings.worker.workspace)
         self.host = host_name(settings.worker.host)
         self.client = connect(redis_url, role=STANDARD)
+        self.acks = Acks.of(settings, self.keys).within(STANDARD.socket_timeout)
         self.lock = lock or RWLock.from_url(
-            redis_url, settings.worker.scope, keys=self.keys, lease_ms=settings.worker.lock_lease_ms
+            redis_url,
+            settings.worker.scope,
+            keys=self.keys,
+            lease_ms=settings.worker.lock_lease_ms,
+            acks=self.acks,
         )
-        self.results = ResultStore(self.client, self.keys, ttl=settings.worker.result_ttl)
+        self.results = ResultStore(
+            self.client, self.keys, ttl=settings.worker.result_ttl, acks=self.acks
+        )
         self.events = EventLog(
             self.client, self.keys, maxlen=settings.worker.events_maxlen, worker=worker_name
         )
@@ -75,7 +82,15 @@ class WorkerRuntime:
         # trip). The payload is validated first.
         self.steps: tuple[Step, ...] = (
             # claim: one round trip; a second delivery waits; the claim is let go at the end
-            Claim(self.client, self.keys, settings, self.events, store, worker_name=worker_name),
+            Claim(
+                self.client,
+                self.keys,
+                settings,
+                self.events,
+                store,
+                worker_name=worker_name,
+                acks=self.acks,
+            ),
             # store: the queued events, the answer once (the first stored result wins), the
             # claim let go: one round trip
             store,

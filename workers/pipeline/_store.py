@@ -110,7 +110,12 @@ class Store:
             self._results.publish_into(pipe, job.turn_id, result, job.then)
             if release:
                 pipe.delete(*release)
+            waited = self._results.acks.queue_wait(pipe)
             replies = pipe.execute(raise_on_error=False)
+        if waited:
+            # Not acknowledged: raised before anything is read, so the release of the lease
+            # goes again alone (``closing``) and the result is stored again, patiently.
+            self._results.acks.check(replies[-1], f"the result of call {job.call.id}")
         for read, reply in zip(readers, replies, strict=False):
             read(reply)
         for reply in replies[len(readers) : written]:

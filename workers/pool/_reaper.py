@@ -47,6 +47,7 @@ from executor._rq.jobs import (
 )
 from executor.lock import HolderStatus, RWLock, WaiterStatus
 from executor.wire import (
+    Acks,
     CallJob,
     ErrorType,
     EventLog,
@@ -94,7 +95,12 @@ class Reaper:
         self._host = host
         self._keys = Keys(settings.redis.key_prefix)
         self._client = connect(redis_url, role=STANDARD)
-        self._results = ResultStore(self._client, self._keys, ttl=settings.worker.result_ttl)
+        self._results = ResultStore(
+            self._client,
+            self._keys,
+            ttl=settings.worker.result_ttl,
+            acks=Acks.of(settings, self._keys),
+        )
         self._lock = RWLock.from_url(
             redis_url,
             settings.worker.scope,

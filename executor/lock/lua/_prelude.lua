@@ -4,7 +4,8 @@
 -- KEYS, the same for every lock script, all inside the scope's hash tag {<prefix>:lock:<scope>}
 -- (names built by executor/keys.py, LockKeys.script_keys()):
 --   KEYS[1] holders      ZSET   token -> lease expiry, ms on the Redis server clock
---   KEYS[2] holder_info  HASH   token -> JSON {"mode","fence","acquired_at_ms","owner"}
+--   KEYS[2] holder_info  HASH   token -> JSON {"mode","epoch","seq","lease_ms","acquired_at_ms",
+--                               "owner"}; an exclusive grant's fence is epoch * 2^24 + seq
 --   KEYS[3] queue        ZSET   token -> ticket: every waiter, in FIFO order
 --   KEYS[4] writers      ZSET   token -> ticket: the exclusive waiters only
 --   KEYS[5] deadlines    ZSET   token -> waiter liveness deadline, ms
@@ -12,7 +13,9 @@
 --                               token .. ":woken" -> 1 while a signal awaits its re-check
 --   KEYS[7] stats        HASH   counter -> count
 --   KEYS[8] seq          STRING last ticket handed out
---   KEYS[9] fence        STRING last fencing token handed out
+--   KEYS[9] epoch        HASH   replid -> the primary that ran the last script (INFO's
+--                               master_replid); epoch -> its epoch; seq -> the last exclusive
+--                               grant's number in that epoch
 -- ARGV, the same first three for every lock script (a script's own arguments start at ARGV[4]):
 --   ARGV[1] policy       "fair" (FIFO with reader batching) | "read_preferring" (readers
 --                        first, writers may starve; kept only to show the difference in tests and benchmarks)
@@ -21,14 +24,15 @@
 --                        carry the scope's hash tag, so they live in the same slot as KEYS.
 --   ARGV[3] wake_ttl_ms  PEXPIRE of a wake list, so a signal for a waiter that died goes away
 --
--- Every script: reads the server clock, prunes expired holders and waiters (counting them),
--- does its one change, and if anything was freed signals the waiters that can now go.
+-- Every script: reads the server clock and the primary's epoch, prunes expired holders and
+-- waiters (counting them), does its one change, and if anything was freed signals the waiters
+-- that can now go.
 -- Time comes from redis.call('TIME'), allowed before writes by effects replication (Redis >= 5).
 -- Numbers are formatted with %.0f when built into strings: Lua's tostring prints 1.7e+15.
 
 local K_HOLDERS, K_HOLDER_INFO, K_QUEUE, K_WRITERS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DEADLINES, K_WAITER_INFO, K_STATS = KEYS[5], KEYS[6], KEYS[7]
-local K_SEQ, K_FENCE = KEYS[8], KEYS[9]
+local K_SEQ, K_EPOCH = KEYS[8], KEYS[9]
 local POLICY = ARGV[1]
 local WAKE_PREFIX = ARGV[2]
 local WAKE_TTL_MS = tonumber(ARGV[3])
@@ -40,6 +44,12 @@ end
 local function int(n)
   return string.format('%.0f', n)
 end
+
+-- A new epoch is at least the hundredths of a second since this base (2023-11-14), so that a
+-- fence, epoch * 2^24 + seq, stays below 2^63 until 2197. The Python side composes and splits
+-- fences: Lua's numbers are doubles.
+local EPOCH_BASE_MS = 1700000000000
+local SEQ_LIMIT = 16777215
 
 -- Milliseconds and microseconds since the epoch, on the one clock every client shares.
 local function server_time()
@@ -65,8 +75,56 @@ local function forget_holder(token)
   return redis.call('ZREM', K_HOLDERS, token) == 1
 end
 
+-- The epoch of the primary this script runs on. It rises when another server than the one
+-- that ran the last script is primary now (a promoted replica, or a restart that lost the
+-- data: a new master_replid), to above the epoch replicated from before and at least the
+-- hundredths of a second since EPOCH_BASE_MS, so a fence granted here is above every fence granted before,
+-- whatever the two servers' clocks say. Holders of an older epoch are not trusted: their lease
+-- is cut to lease_ms from now (they may still be running that long, counting their last
+-- acknowledged renewal) and renew.lua and check_fence.lua answer them LOST. Returns the epoch
+-- and whether it rose here.
+local EPOCH, EPOCH_ROSE
+local function epoch_of_primary(now)
+  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+  local known = redis.call('HMGET', K_EPOCH, 'replid', 'epoch')
+  local epoch = tonumber(known[2]) or 0
+  if known[1] == replid then
+    return epoch, false
+  end
+  epoch = math.max(epoch + 1, math.floor((now - EPOCH_BASE_MS) / 10))
+  redis.call('HSET', K_EPOCH, 'replid', replid, 'epoch', int(epoch), 'seq', '0')
+  for _, token in ipairs(redis.call('ZRANGE', K_HOLDERS, 0, -1)) do
+    local raw = redis.call('HGET', K_HOLDER_INFO, token)
+    local lease = raw and tonumber(cjson.decode(raw).lease_ms)
+    if lease then
+      redis.call('ZADD', K_HOLDERS, now + lease, token)
+    end
+  end
+  redis.call('HINCRBY', K_STATS, 'epochs', 1)
+  return epoch, true
+end
+
+-- Whether a holder's info was granted in the current epoch.
+local function of_this_epoch(info)
+  return tonumber(info.epoch) == EPOCH
+end
+
+-- The next exclusive grant's {epoch, seq}; a seq past 24 bits starts a new epoch (no
+-- exclusive grant is made while anyone holds, so no holder is cut by it).
+local function next_fence()
+  local seq = tonumber(redis.call('HINCRBY', K_EPOCH, 'seq', 1))
+  if seq > SEQ_LIMIT then
+    EPOCH = EPOCH + 1
+    seq = 1
+    redis.call('HSET', K_EPOCH, 'epoch', int(EPOCH), 'seq', '1')
+  end
+  return EPOCH, seq
+end
+
 -- Drop holders whose lease ended and waiters that stopped re-checking; true if any went.
+-- Run first by every script: it also settles the epoch (EPOCH, EPOCH_ROSE).
 local function prune(now)
+  EPOCH, EPOCH_ROSE = epoch_of_primary(now)
   local expired = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now)
   for _, token in ipairs(expired) do
     forget_holder(token)

@@ -11,13 +11,16 @@
 -- ARGV[8] may_enqueue    "1": queue when the lock is not free; "0": only try
 -- ARGV[9] owner          JSON object describing the caller (worker, host, pid, call_id, tool)
 --
--- Returns {code, value, now_ms}:
---    1 GRANTED        value = fence (0 for shared); the token holds the lock now
---    2 ALREADY_HELD   value = fence; the token held it in this mode (a retried acquire whose
---                     reply was lost); its lease is renewed
+-- Returns {code, value, now_ms, epoch}:
+--    1 GRANTED        value = the grant's seq (0 for shared); the token holds the lock now; its
+--                     fence is epoch * 2^24 + seq
+--    2 ALREADY_HELD   value = the grant's seq; the token held it in this mode and this epoch (a
+--                     retried acquire whose reply was lost); its lease is renewed
 --    0 QUEUED         value = 1-based queue position; the waiter's deadline is refreshed
 --    3 WOULD_WAIT     value = 0; may_enqueue was "0" and the lock is not free; nothing changed
 --   -1 MODE_CONFLICT  value = 0; the token holds or waits for the lock in the other mode
+--    4 STALE          value = 0; the token holds a grant of an older epoch (from before a
+--                     failover): it is not renewed, and its holder must treat it as lost
 
 local token, mode = ARGV[4], ARGV[5]
 local lease_ms, waiter_ttl_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -26,17 +29,20 @@ if mode ~= 'shared' and mode ~= 'exclusive' then
   return redis.error_reply('toolpool lock: unknown mode ' .. tostring(mode))
 end
 
-local now, now_us = server_time()
+local now = server_time()
 local changed = prune(now)
 
 local function decide()
   if redis.call('ZSCORE', K_HOLDERS, token) then
     local info = cjson.decode(redis.call('HGET', K_HOLDER_INFO, token))
     if info.mode ~= mode then
-      return {-1, 0, now}
+      return {-1, 0, now, EPOCH}
+    end
+    if not of_this_epoch(info) then
+      return {4, 0, now, EPOCH}
     end
     redis.call('ZADD', K_HOLDERS, 'XX', now + lease_ms, token)
-    return {2, info.fence, now}
+    return {2, tonumber(info.seq) or 0, now, EPOCH}
   end
 
   -- ZSCORE answers false (not nil) for a missing member; may_enter wants nil.
@@ -45,7 +51,7 @@ local function decide()
     ticket = tonumber(ticket)
     local queued_exclusive = redis.call('ZSCORE', K_WRITERS, token) ~= false
     if queued_exclusive ~= (mode == 'exclusive') then
-      return {-1, 0, now}
+      return {-1, 0, now, EPOCH}
     end
   end
 
@@ -54,25 +60,24 @@ local function decide()
       forget_waiter(token)
     end
     redis.call('ZADD', K_HOLDERS, now + lease_ms, token)
-    local fence = 0
+    -- Never backwards: the seq rises within an epoch, and a new epoch starts above the last
+    -- (see epoch_of_primary in the prelude).
+    local seq = 0
     if mode == 'exclusive' then
-      -- Never backwards, even after a restart without persistence: the counter is floored by
-      -- the server clock in microseconds, which only moves forward (as long as the host
-      -- clock is not stepped back) and which grants cannot outrun (each takes over 1 us).
-      local last = tonumber(redis.call('GET', K_FENCE) or '0')
-      fence = math.max(last + 1, now_us)
-      redis.call('SET', K_FENCE, int(fence))
+      local _
+      _, seq = next_fence()
     end
     redis.call('HSET', K_HOLDER_INFO, token,
-      '{"mode":"' .. mode .. '","fence":' .. int(fence) .. ',"acquired_at_ms":' .. int(now)
+      '{"mode":"' .. mode .. '","epoch":' .. int(EPOCH) .. ',"seq":' .. int(seq)
+        .. ',"lease_ms":' .. int(lease_ms) .. ',"acquired_at_ms":' .. int(now)
         .. ',"owner":' .. owner .. '}')
     count('grants_' .. mode)
-    return {1, fence, now}
+    return {1, seq, now, EPOCH}
   end
 
   if not ticket then
     if not may_enqueue then
-      return {3, 0, now}
+      return {3, 0, now, EPOCH}
     end
     ticket = redis.call('INCR', K_SEQ)
     redis.call('ZADD', K_QUEUE, ticket, token)
@@ -85,7 +90,7 @@ local function decide()
   redis.call('ZADD', K_DEADLINES, now + waiter_ttl_ms, token)
   -- The waiter re-checked and must wait on: a later hand-off may signal it again.
   redis.call('HDEL', K_WAITER_INFO, token .. ':woken')
-  return {0, redis.call('ZRANK', K_QUEUE, token) + 1, now}
+  return {0, redis.call('ZRANK', K_QUEUE, token) + 1, now, EPOCH}
 end
 
 local reply = decide()

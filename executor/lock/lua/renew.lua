@@ -8,7 +8,8 @@
 --
 -- Returns {code, now_ms}:
 --   1 RENEWED  the lease now ends lease_ms from now
---   0 LOST     the token holds nothing (expired, released or force-released). Not counted
+--   0 LOST     the token holds nothing (expired, released or force-released), or holds a
+--              grant of an older epoch (made before a failover; not renewed). Not counted
 --              here: a renewal sent before a partition may run long after its sender gave
 --              up; the holder reports its loss with release.lua ("lost"), which counts once.
 
@@ -17,7 +18,8 @@ local now = server_time()
 local changed = prune(now)
 local result = 0
 
-if redis.call('ZSCORE', K_HOLDERS, token) then
+local raw = redis.call('HGET', K_HOLDER_INFO, token)
+if raw and redis.call('ZSCORE', K_HOLDERS, token) and of_this_epoch(cjson.decode(raw)) then
   redis.call('ZADD', K_HOLDERS, 'XX', now + lease_ms, token)
   result = 1
 end

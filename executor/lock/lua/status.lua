@@ -4,8 +4,9 @@
 --   pruning changes.
 -- (no further ARGV)
 --
--- Returns {now_ms, last_fence, holders, waiters, stats}:
---   last_fence  string, "0" when no exclusive grant was made since the data was created
+-- Returns {now_ms, {epoch, seq}, holders, waiters, stats}:
+--   epoch, seq  the current epoch and its last exclusive grant's seq (0 when none yet): the
+--               last fence handed out is epoch * 2^24 + seq
 --   holders     flat list {token, lease_expiry_ms, info_json, ...}, earliest expiry first
 --   waiters     flat list {token, deadline_ms, info_json, ...}, in queue (FIFO) order
 --   stats       flat list {counter, value, ...} (HGETALL of stats)
@@ -32,5 +33,6 @@ for _, token in ipairs(redis.call('ZRANGE', K_QUEUE, 0, -1)) do
   waiters[#waiters + 1] = redis.call('HGET', K_WAITER_INFO, token) or '{}'
 end
 
-return {now, redis.call('GET', K_FENCE) or '0', holders, waiters,
+local last = redis.call('HMGET', K_EPOCH, 'epoch', 'seq')
+return {now, {last[1] or '0', last[2] or '0'}, holders, waiters,
   redis.call('HGETALL', K_STATS)}

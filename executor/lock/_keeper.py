@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from executor._errors import LockUnavailable
-from executor.lock._scripts import LockScripts
+from executor.lock._scripts import LockScripts, ReleaseReason
 
 if TYPE_CHECKING:
     from executor.lock._lease import Lease
@@ -39,10 +39,14 @@ _ERROR_PAUSE_S = 0.05
 
 @dataclass(eq=False)
 class _LossReport:
+    """A release Redis must still be told of: a lost lease ("lost", counted once), or a
+    release that did not reach Redis or its replicas ("release")."""
+
     scripts: LockScripts
     token: str
     give_up_at: float
     next_try: float
+    reason: ReleaseReason = "lost"
 
 
 class LeaseKeeper:
@@ -100,9 +104,20 @@ class LeaseKeeper:
 
     def report_lost(self, scripts: LockScripts, token: str) -> None:
         """Tell Redis (as soon as it answers) that ``token``'s lease was lost."""
+        self._report(scripts, token, "lost", first_try=time.monotonic())
+
+    def retry_release(self, scripts: LockScripts, token: str) -> None:
+        """Release ``token`` again until Redis (and its replicas, with acknowledged writes)
+        takes it: a release lost in an outage or a failover would block the lock for a lease."""
+        self._report(scripts, token, "release", first_try=time.monotonic() + _REPORT_RETRY_S)
+
+    def _report(
+        self, scripts: LockScripts, token: str, reason: ReleaseReason, *, first_try: float
+    ) -> None:
         now = time.monotonic()
+        report = _LossReport(scripts, token, now + _REPORT_HORIZON_S, first_try, reason)
         with self._cond:
-            self._reports.append(_LossReport(scripts, token, now + _REPORT_HORIZON_S, now))
+            self._reports.append(report)
             if not self._closed:
                 self._ensure_thread()
             self._cond.notify_all()
@@ -176,13 +191,14 @@ class LeaseKeeper:
 
     def _send_report(self, report: _LossReport) -> None:
         try:
-            report.scripts.release(report.token, "lost")
+            report.scripts.release(report.token, report.reason)
         except Exception as exc:
             now = time.monotonic()
             if now < report.give_up_at:
                 report.next_try = now + _REPORT_RETRY_S
                 return
-            logger.warning("Gave up reporting the lost lease %s to Redis: %s", report.token, exc)
+            what = "the lost lease" if report.reason == "lost" else "the release of lease"
+            logger.warning("Gave up reporting %s %s to Redis: %s", what, report.token, exc)
         with self._cond:
             if report in self._reports:
                 self._reports.remove(report)

@@ -182,9 +182,13 @@ class Lease:
         try:
             outcome = self._scripts.release(self.token, "release")
         except redis.RedisError as exc:
+            # The keeper sends it again until Redis takes it; else the lease would block the
+            # lock until it ran out (after a failover, a lease from its bump).
+            self._keeper.retry_release(self._scripts, self.token)
             raise LockUnavailable(
                 f"Could not release lease {self.token} on lock scope {self.scope!r}: {exc}. "
-                f"The lease ends by itself within {self.lease_ms} ms."
+                f"It is sent again until Redis takes it, and the lease ends by itself within "
+                f"{self.lease_ms} ms."
             ) from exc
         return outcome is ReleaseOutcome.RELEASED
 

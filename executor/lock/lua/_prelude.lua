@@ -24,9 +24,9 @@
 --                        carry the scope's hash tag, so they live in the same slot as KEYS.
 --   ARGV[3] wake_ttl_ms  PEXPIRE of a wake list, so a signal for a waiter that died goes away
 --
--- Every script: reads the server clock and the primary's epoch, prunes expired holders and
--- waiters (counting them), does its one change, and if anything was freed signals the waiters
--- that can now go.
+-- Every script: reads the server clock (and, if it grants or trusts a grant, the primary's
+-- epoch), prunes expired holders and waiters (counting them), does its one change, and if
+-- anything was freed signals the waiters that can now go.
 -- Time comes from redis.call('TIME'), allowed before writes by effects replication (Redis >= 5).
 -- Numbers are formatted with %.0f when built into strings: Lua's tostring prints 1.7e+15.
 
@@ -121,10 +121,16 @@ local function next_fence()
   return EPOCH, seq
 end
 
--- Drop holders whose lease ended and waiters that stopped re-checking; true if any went.
--- Run first by every script: it also settles the epoch (EPOCH, EPOCH_ROSE).
-local function prune(now)
+-- Settle EPOCH (and EPOCH_ROSE) for this script: run first by the scripts that grant or
+-- trust a grant (acquire, renew, check_fence). The others (release, cancel, status) skip it:
+-- reading INFO costs more than the rest of a script, and a bump they miss happens at the
+-- next of those three, before any grant is made or trusted.
+local function settle_epoch(now)
   EPOCH, EPOCH_ROSE = epoch_of_primary(now)
+end
+
+-- Drop holders whose lease ended and waiters that stopped re-checking; true if any went.
+local function prune(now)
   local expired = redis.call('ZRANGEBYSCORE', K_HOLDERS, '-inf', now)
   for _, token in ipairs(expired) do
     forget_holder(token)

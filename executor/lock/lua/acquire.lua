@@ -30,6 +30,7 @@ if mode ~= 'shared' and mode ~= 'exclusive' then
 end
 
 local now = server_time()
+settle_epoch(now)
 local changed = prune(now)
 
 local function decide()

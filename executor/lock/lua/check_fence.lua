@@ -14,6 +14,7 @@
 
 local token, epoch, seq = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = server_time()
+settle_epoch(now)
 local changed = prune(now)
 local result = 0
 

@@ -15,6 +15,7 @@
 
 local token, lease_ms = ARGV[4], tonumber(ARGV[5])
 local now = server_time()
+settle_epoch(now)
 local changed = prune(now)
 local result = 0
 

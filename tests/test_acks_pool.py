@@ -91,3 +91,16 @@ def test_a_result_no_replica_holds_is_not_handed_out(
         [again] = executor.collect(turn.turn_id, timeout=PATIENCE_S)
     assert ok(result).endswith("stdout:\ndone")
     assert again == result
+
+
+def test_a_second_collect_answers_the_same_after_redis_lost_the_result(
+    pair: Pair, settings: Settings, pool: WorkerPool
+) -> None:
+    # As a failover without acknowledged writes can: the result and RQ's record both gone.
+    with Executor(settings=settings) as executor:
+        turn = executor.submit([_read("lost")])
+        [first] = executor.collect(turn, timeout=PATIENCE_S)
+        executor.client.delete(executor.keys.result("lost"), *executor.client.keys("rq:job:*"))
+        [again] = executor.collect(turn.turn_id, timeout=5.0)
+    assert ok(first) == "hello"
+    assert again == first

@@ -18,9 +18,10 @@ use RQ, which has no asyncio API, and run on a thread).
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -44,6 +45,9 @@ from executor.wire import (
 LIVENESS_CHECK_S = 1.0
 # Most wake-ups taken in one round trip after the first.
 _WAKE_TAKE = 1000
+# Turns whose answers a collector remembers, so that collecting one again answers the same
+# even if Redis lost a result meanwhile (a failover without acknowledged writes).
+_ANSWERED_TURNS = 4096
 
 
 @dataclass
@@ -170,6 +174,10 @@ class Collector:
     _keys: Keys
     _settings: Settings
     _events: EventLog
+    # What this collector handed out, by turn: the first answer of a call is its answer.
+    _answered: collections.OrderedDict[str, dict[str, ToolResult]] = field(
+        default_factory=collections.OrderedDict
+    )
 
     def close(self) -> None:
         self._blocking.close()
@@ -203,7 +211,7 @@ class Collector:
                     step.run()
             except UNREACHABLE as exc:
                 stepper.fail(exc)
-        return stepper.results
+        return self._remember(plan, stepper.results)
 
     async def wait_async(
         self,
@@ -236,7 +244,16 @@ class Collector:
                     await asyncio.to_thread(step.run)
             except UNREACHABLE as exc:
                 stepper.fail(exc)
-        return stepper.results
+        return self._remember(plan, stepper.results)
+
+    def _remember(self, plan: TurnPlan, found: dict[str, ToolResult]) -> dict[str, ToolResult]:
+        """``found``, with the answers handed out before kept as they were; remembered."""
+        answered = self._answered.pop(plan.turn_id, {})
+        merged = {**found, **answered}
+        self._answered[plan.turn_id] = merged
+        while len(self._answered) > _ANSWERED_TURNS:
+            self._answered.popitem(last=False)
+        return merged
 
     def _steps(
         self, plan: TurnPlan, deadline: float, limit: float, *, fresh: bool, time_out: bool
@@ -247,7 +264,8 @@ class Collector:
         list's payloads; an unreachable Redis is thrown in at the step that met it.
         """
         waiting_for = plan.enqueued()
-        results: dict[str, ToolResult] = {}
+        # Answers handed out before stand (``_remember``): only the others are waited for.
+        results: dict[str, ToolResult] = dict(self._answered.get(plan.turn_id, {}))
         watches = {call_id: _Watch() for call_id in waiting_for}
         next_check = time.monotonic() + LIVENESS_CHECK_S
         done_key = self._keys.turn_done(plan.turn_id)

@@ -268,9 +268,11 @@ def test_a_required_sandbox_that_cannot_run_refuses_to_start(tmp_path: Path) -> 
     assert "does not answer" not in said  # refused before it looked for Redis
 
 
-def _started_worker_says(redis_url: str, tmp_path: Path, *options: str, path: str = "") -> str:
+def _started_worker_says(
+    redis_url: str, tmp_path: Path, *options: str, path: str = "", **variables: str
+) -> str:
     """What ``toolpool worker`` prints (both streams) up to its workers' start, then stopped."""
-    env = clean_env(PATH=path) if path else clean_env()
+    env = clean_env(PATH=path, **variables) if path else clean_env(**variables)
     process = subprocess.Popen(
         [
             *TOOLPOOL,
@@ -304,6 +306,17 @@ def test_an_auto_sandbox_that_cannot_run_warns_and_goes_on(redis_url: str, tmp_p
     assert "toolpool worker: WARNING: bash commands run UNCONFINED" in said
     assert "bubblewrap (bwrap) is not installed" in said
     assert "--sandbox required" in said
+
+
+def test_a_primary_without_the_replicas_asked_for_is_warned_of(
+    redis_url: str, tmp_path: Path
+) -> None:
+    said = _started_worker_says(redis_url, tmp_path, TOOLPOOL_REDIS_REPLICAS="1")
+
+    assert "TOOLPOOL_REDIS_REPLICAS=1, but the primary at" in said
+    assert "has 0 replica(s) connected" in said
+    # Without the setting, nothing is said of replicas.
+    assert "replica" not in _started_worker_says(redis_url, tmp_path)
 
 
 def test_without_bash_no_sandbox_is_needed(tmp_path: Path) -> None:

@@ -223,7 +223,7 @@ def worker_command(
     served = _served(tool_specs, read_only, disabled_tools)
     settings = _with_tool_settings(settings, served, sandbox, bash_network)
     sandbox_report = _check_sandbox(settings, served)
-    _check_redis(url, _WORKER_HINT)
+    _check_redis(url, _WORKER_HINT, replicas=settings.redis.replicas)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     where = []
@@ -290,7 +290,7 @@ def up_command(
     _setup_logging(log_level)
     server: RedisServer | None = None
     if settings.redis.url:
-        _check_redis(settings.redis.url, _UP_HINT)
+        _check_redis(settings.redis.url, _UP_HINT, replicas=settings.redis.replicas)
         url = settings.redis.url
         click.echo(f"toolpool up: Redis at {shown_url(url)}")
     else:
@@ -459,7 +459,9 @@ _UP_HINT = (
 )
 
 
-def _check_redis(url: str, hint: str) -> None:
+def _check_redis(url: str, hint: str, *, replicas: int = 0) -> None:
+    """Redis answers at ``url``; and a warning if fewer replicas are connected than every
+    acknowledged write waits for (a replica may still be starting: not refused)."""
     shown = shown_url(url)
     try:
         client = connect(url, role=PROBE)
@@ -467,10 +469,18 @@ def _check_redis(url: str, hint: str) -> None:
         raise bad_url(exc) from None
     try:
         client.ping()
+        connected = int(client.info("replication").get("connected_slaves", 0)) if replicas else 0
     except redis.RedisError as exc:
         raise click.ClickException(f"Redis at {shown} does not answer ({exc}). {hint}") from None
     finally:
         client.close()
+    if connected < replicas:
+        click.echo(
+            f"toolpool: warning: TOOLPOOL_REDIS_REPLICAS={replicas}, but the primary at {shown} "
+            f"has {connected} replica(s) connected: every call fails as in an outage until "
+            f"{replicas} acknowledge its writes.",
+            err=True,
+        )
 
 
 def _processes(count: int) -> str:

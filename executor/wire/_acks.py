@@ -4,11 +4,12 @@ Redis replicates asynchronously, so a write its primary answered can be missing 
 replica that a failover promotes. With ``TOOLPOOL_REDIS_REPLICAS`` = N > 0, every write a
 guarantee rests on (a lock grant, renewal or release, a call's claim, a stored result, a
 turn's plan and queued calls) is followed, in its own round trip, by ``WAIT N`` on the same
-connection; fewer than N acknowledgements within ``TOOLPOOL_REDIS_REPLICA_WAIT_MS`` raise
+connection; a claim rides on its call's lock grant, since a WAIT covers every write made
+before it. Fewer than N acknowledgements within ``TOOLPOOL_REDIS_REPLICA_WAIT_MS`` raise
 ``NotAcknowledged`` (an outage, to every caller) and the write is not acted on. A reader about
-to act on what it read (the client handing out results) first runs ``confirm``: it writes a
-counter and WAITs, which covers every write made before it, by any client. With N = 0 nothing
-waits and nothing is checked.
+to act on what it read (the client handing out results) reads and WAITs in one round trip
+(``queue_confirm``): a write of a counter, then the WAIT, which covers every write made
+before it, by any client. With N = 0 nothing waits and nothing is checked.
 """
 
 from __future__ import annotations

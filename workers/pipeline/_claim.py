@@ -18,7 +18,7 @@ import redis
 
 from executor import Settings
 from executor import _texts as texts
-from executor.wire import Acks, CallJob, ErrorType, EventLog, Keys, ToolResult
+from executor.wire import CallJob, ErrorType, EventLog, Keys, ToolResult
 from workers.pipeline._chain import CallState, Proceed
 from workers.pipeline._store import Store
 
@@ -40,10 +40,8 @@ class Claim:
         store: Store,
         *,
         worker_name: str,
-        acks: Acks | None = None,
     ) -> None:
         self._client = client
-        self._acks = acks or Acks(marker=keys.ack_marker)
         self._keys = keys
         self._events = events
         self._store = store
@@ -56,18 +54,16 @@ class Claim:
         call = job.call
         current_key = self._keys.worker_current(self._worker)
         running_key = self._keys.running(call.id)
-        # One round trip to start: is it answered already, claim it, is it cancelled; and, with
-        # acknowledged writes, the WAIT that makes the claim (and RQ's dequeue before it) hold
-        # across a failover before the call runs.
+        # One round trip to start: is it answered already, claim it, is it cancelled. With
+        # acknowledged writes the claim needs no WAIT of its own: nothing runs before the
+        # call's lock grant, whose WAIT covers every write made before it, this claim and RQ's
+        # dequeue included.
         with self._client.pipeline(transaction=False) as pipe:
             pipe.get(self._keys.result(call.id))
             pipe.set(current_key, job.model_dump_json(), ex=_CURRENT_TTL_S)
             pipe.set(running_key, self._worker, px=self._liveness_ms, nx=True)
             pipe.exists(self._keys.turn_cancel(job.turn_id))
-            self._acks.queue_wait(pipe)
-            existing, _, claimed, cancel_flag, *acknowledged = pipe.execute()
-        if acknowledged:
-            self._acks.check(acknowledged[0], f"the claim of call {call.id}")
+            existing, _, claimed, cancel_flag = pipe.execute()
         if not claimed and existing is None:
             # A job delivered twice (RQ put it back while its first delivery still runs):
             # it must not run twice, nor answer before the run does (that answer would be

@@ -82,15 +82,7 @@ class WorkerRuntime:
         # trip). The payload is validated first.
         self.steps: tuple[Step, ...] = (
             # claim: one round trip; a second delivery waits; the claim is let go at the end
-            Claim(
-                self.client,
-                self.keys,
-                settings,
-                self.events,
-                store,
-                worker_name=worker_name,
-                acks=self.acks,
-            ),
+            Claim(self.client, self.keys, settings, self.events, store, worker_name=worker_name),
             # store: the queued events, the answer once (the first stored result wins), the
             # claim let go: one round trip
             store,

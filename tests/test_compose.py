@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 from contextlib import ExitStack
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +117,17 @@ def test_with_the_override_the_pool_follows_the_primary_and_waits_for_a_replica(
         assert {"min-replicas-to-write 1", "min-replicas-max-lag 10", "appendonly yes"} <= set(
             lines
         )
+
+
+def test_the_pools_sentinel_url_names_the_three_sentinels_and_the_service() -> None:
+    from executor._connect import RedisSettings
+
+    if "sentinels" not in {f.name for f in fields(RedisSettings)}:
+        pytest.skip("this toolpool reads no Sentinel URLs yet")
+    parsed = RedisSettings.from_url(overrides()["worker"]["environment"]["TOOLPOOL_REDIS_URL"])
+    read = {f.name: getattr(parsed, f.name) for f in fields(parsed)}
+    assert read["sentinels"] == tuple((name, 26379) for name in SENTINELS)
+    assert (read["service"], read["db"]) == (SERVICE, 0)
 
 
 # -- the profile, run ---------------------------------------------------------------------------

@@ -134,9 +134,9 @@ def measure_replicas(report: Bench, args: argparse.Namespace, workspace: Path) -
             ),
         }
         report.out(
-            f"  primary redis-server on 127.0.0.1:{primary.port} (clients on its unix socket), "
-            f"replica on 127.0.0.1:{replica.port} (--replicaof), in sync; "
-            f"settings.redis.replicas: {'yes' if supported else 'absent'}"
+            f"  primary redis-server pid {primary.pid} on 127.0.0.1:{primary.port} (clients on "
+            f"its unix socket), replica pid {replica.pid} on 127.0.0.1:{replica.port} "
+            f"(--replicaof), in sync; settings.redis.replicas: {'yes' if supported else 'absent'}"
         )
         try:
             for count in args.workers:

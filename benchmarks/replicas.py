@@ -138,16 +138,22 @@ def measure_replicas(report: Bench, args: argparse.Namespace, workspace: Path) -
             f"its unix socket), replica pid {replica.pid} on 127.0.0.1:{replica.port} "
             f"(--replicaof), in sync; settings.redis.replicas: {'yes' if supported else 'absent'}"
         )
+        replica_client = redis.Redis.from_url(replica.url, socket_timeout=10)
         try:
             for count in args.workers:
-                _measure_on(report, benches, count, args)
+                _measure_on(report, benches, replica_client, count, args)
         finally:
             for bench in benches.values():
                 bench.close()
+            replica_client.close()
 
 
 def _measure_on(
-    report: Bench, benches: dict[str, Bench], count: int, args: argparse.Namespace
+    report: Bench,
+    benches: dict[str, Bench],
+    replica: redis.Redis,
+    count: int,
+    args: argparse.Namespace,
 ) -> None:
     with ExitStack() as stack:
         for side, bench in benches.items():
@@ -163,10 +169,18 @@ def _measure_on(
         report.out(f"\n  Throughput, {count} worker process(es) a side, calls/s")
         rates = _rotate(runs, args.calls, args.repeat, min(args.calls, 20 * count + 40))
         _report(report, rates, f"throughput, {count} worker(s)", "calls/s", 0, higher=True)
-        waits = _wait_counts(one, zero, min(args.calls, 200))
+        burst = min(args.calls, 500)
+        costs = _burst_costs(one, zero, replica, burst)
         report.out(
-            f"  WAIT commands per call (server's count, a burst of {min(args.calls, 200)}): "
-            f"REPLICAS=1 {waits[0]:.2f}, REPLICAS=0 {waits[1]:.2f}"
+            f"  WAIT commands per call (server's count, a burst of {burst}): "
+            f"REPLICAS=1 {costs[0][0]:.2f}, REPLICAS=0 {costs[1][0]:.2f}"
+        )
+        report.out(
+            "  Redis CPU per call, primary + replica: "
+            + ", ".join(
+                f"{side} {primary:.0f} + {copy:.0f} us"
+                for side, (_, primary, copy) in zip(_SIDES, costs, strict=False)
+            )
         )
         if count != 1:
             return
@@ -231,13 +245,26 @@ def _report(
     )
 
 
-def _wait_counts(one: Bench, zero: Bench, calls: int) -> tuple[float, float]:
-    """WAIT commands the server ran per call of a burst on each toolpool side."""
-    counts = []
+def _burst_costs(
+    one: Bench, zero: Bench, replica: redis.Redis, calls: int
+) -> tuple[tuple[float, float, float], ...]:
+    """Per call of a burst on each toolpool side: WAIT commands the primary ran, and the
+    primary's and the replica's CPU in microseconds."""
+    costs = []
     for bench in (one, zero):
         bench.wait_idle("tool")  # the last run's closing writes are counted before, not here
-        before = _waits(bench.client)
+        before = (_waits(bench.client), _cpu_s(bench.client), _cpu_s(replica))
         _rate(bench.toolpool_burst(calls))
         bench.wait_idle("tool")
-        counts.append((_waits(bench.client) - before) / calls)
-    return counts[0], counts[1]
+        after = (_waits(bench.client), _cpu_s(bench.client), _cpu_s(replica))
+        waits, primary_us, replica_us = (
+            (a - b) / calls * scale
+            for a, b, scale in zip(after, before, (1, 1e6, 1e6), strict=True)
+        )
+        costs.append((waits, primary_us, replica_us))
+    return tuple(costs)
+
+
+def _cpu_s(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])

@@ -2,7 +2,7 @@
 
 Usage: ``python -m benchmarks.calls [--calls 2000] [--workers 1,4] [--repeat 3]
 [--samples 200] [--batch-workers 4,8] [--profile] [--quick] [--only PARTS] [--steady]
-[--steady-s 600]``.
+[--steady-s 600]``; ``--only replicas`` for the figures with a replica.
 Prints, in one run (``--only`` picks some of the parts named in brackets):
 
 - throughput: trivial calls per second through toolpool (``Executor.submit`` of turns of
@@ -17,7 +17,10 @@ Prints, in one run (``--only`` picks some of the parts named in brackets):
   (``roundtrips``);
 - [hiredis] round trip and burst with hiredis against redis-py's Python parser (``parsers``);
 - [memory] Redis memory per call while RQ's records live and once they expired, by key
-  family; [steady] with ``--steady``: a pool's memory under a paced load (``memory``).
+  family; [steady] with ``--steady``: a pool's memory under a paced load (``memory``);
+- [replicas] only when named in ``--only``: throughput and round trip with a replica
+  acknowledging toolpool's writes (``TOOLPOOL_REDIS_REPLICAS=1``) against 0 and raw RQ, on a
+  primary and replica of its own (``replicas``).
 
 Workers are started with multiprocessing's "spawn" method and stopped by their PIDs; the
 Redis is our own (``workers._embedded_redis.RedisServer``). Every wait has a deadline, and
@@ -50,6 +53,7 @@ from benchmarks.overhead import (
     redis_command_counts,
 )
 from benchmarks.parsers import measure_parsers
+from benchmarks.replicas import measure_replicas
 from benchmarks.roundtrips import measure_trips
 from benchmarks.sides import Bench, BenchError, Burst
 from executor import Settings
@@ -232,8 +236,10 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only",
         type=_parse_parts,
-        default=PARTS,
-        help=f"the parts to run, comma-separated, of: {','.join(PARTS)} (default: all)",
+        default=DEFAULT_PARTS,
+        help=(
+            f"the parts to run, comma-separated, of: {','.join(PARTS)} (default: all but replicas)"
+        ),
     )
     parser.add_argument(
         "--idle-s", type=float, default=5.0, help="[trips] idle baseline of the workers, s"
@@ -293,7 +299,9 @@ PARTS = (
     "hiredis",
     "memory",
     "steady",
-)  # steady runs only with --steady
+    "replicas",
+)  # steady runs only with --steady, replicas only when named
+DEFAULT_PARTS = tuple(part for part in PARTS if part != "replicas")
 
 
 def _parse_parts(text: str) -> tuple[str, ...]:
@@ -342,6 +350,13 @@ def _run_all(bench: Bench) -> None:
     rates = _run_pools(bench)
     if "overhead" in args.only:
         timed(bench, "overhead", functools.partial(_run_overhead, bench, rates))
+    if "replicas" in args.only:
+        bench.out(
+            "\nWith a replica: TOOLPOOL_REDIS_REPLICAS=1 against 0 and raw RQ, on a primary and "
+            "a replica of its own"
+        )
+        workspace = bench.settings.worker.workspace
+        timed(bench, "replicas", lambda: measure_replicas(bench, args, workspace))
     # Counting wraps redis-py in this process from here on: the figures above are unaffected.
     if "trips" in args.only:
         counting.install()

@@ -23,6 +23,7 @@ without the replication id check.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import weakref
@@ -38,6 +39,32 @@ import redis.sentinel
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError
 
 log = logging.getLogger("executor.redis")
+
+
+# What this process runs when any of its pools sees the primary switch (``on_switch``).
+_SWITCH_CALLBACKS: list[Callable[[], None]] = []
+
+
+def on_switch(callback: Callable[[], None]) -> Callable[[], None]:
+    """Call ``callback()`` (on the thread that saw it; keep it short) whenever a pool of this
+    process sees its primary switch: a new replication id, READONLY, or Sentinel's
+    announcement. What a worker must write again at once hooks in here (its catalog entry).
+    Returns what unhooks it."""
+    _SWITCH_CALLBACKS.append(callback)
+
+    def unhook() -> None:
+        with contextlib.suppress(ValueError):
+            _SWITCH_CALLBACKS.remove(callback)
+
+    return unhook
+
+
+def _switched() -> None:
+    for callback in list(_SWITCH_CALLBACKS):
+        try:
+            callback()
+        except Exception:  # one hook failing must not stop a connection, nor the others
+            log.exception("toolpool: a primary-switch hook failed")
 
 
 class PrimaryTracker:
@@ -60,7 +87,10 @@ class PrimaryTracker:
             if switched:
                 self.generation += 1
                 self.switches += 1
-            return self.generation, switched
+            generation = self.generation
+        if switched:
+            _switched()
+        return generation, switched
 
     def demoted(self) -> None:
         """A connection's server answered READONLY, or Sentinel announced a new primary: every
@@ -69,6 +99,7 @@ class PrimaryTracker:
             self.generation += 1
             self.switches += 1
             self.replid = None
+        _switched()
 
     def is_stale(self, connection: Any) -> bool:
         return bool(connection.generation != self.generation)

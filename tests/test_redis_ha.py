@@ -1,0 +1,115 @@
+"""The HA harness: a real primary, replica and three Sentinels, and its four failovers.
+
+Each fault must end with a new primary that takes a write and that every Sentinel names, with
+the old node back as its replica once the pair is ready again; the lagging failover must
+really lose the writes the frozen replica never received.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.sentinel import Sentinel
+
+from tests.support.redis_ha import HAError, RedisHA
+
+pytestmark = pytest.mark.proof
+
+_KEYS = 200
+
+
+@pytest.fixture
+def ha(tmp_path: Path) -> Iterator[RedisHA]:
+    with RedisHA(tmp_path) as harness:
+        yield harness
+
+
+def _named_by_every_sentinel(ha: RedisHA) -> set[int]:
+    named = set()
+    for port in ha.sentinel_ports:
+        host, primary = ha.raw(port).execute_command(
+            "SENTINEL", "GET-MASTER-ADDR-BY-NAME", ha.service
+        )
+        assert host in (b"127.0.0.1", "127.0.0.1")
+        named.add(int(primary))
+    return named
+
+
+def _write(client: redis.Redis, start: int, stop: int) -> None:
+    for i in range(start, stop):
+        client.set(f"test:key:{i}", i)
+
+
+def _count(client: redis.Redis) -> int:
+    return sum(1 for _ in client.scan_iter(match="test:key:*", count=1000))
+
+
+FAULTS: dict[str, Callable[[RedisHA], float]] = {
+    "sentinel_failover": RedisHA.failover,
+    "kill_primary": RedisHA.kill_primary,
+    "stop_primary": RedisHA.stop_primary,
+    "lagging_failover": RedisHA.lagging_failover,
+}
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_leads_to_a_new_writable_primary_that_sentinel_reports(
+    ha: RedisHA, fault: str
+) -> None:
+    old = ha.primary_port
+    _write(ha.raw(old), 0, _KEYS)
+    ha.wait_synced()
+
+    seconds = FAULTS[fault](ha)
+
+    assert 0 < seconds < 60
+    new = ha.primary_port
+    assert new != old
+    assert _named_by_every_sentinel(ha) == {new}
+    primary = ha.raw(new)
+    assert primary.info("replication")["role"] == "master"
+    assert primary.set("test:after", 1)
+    assert _count(primary) == _KEYS  # acknowledged by the replica before the fault: kept
+    # The old node comes back as the new primary's replica (restarted, or demoted by Sentinel).
+    ha.wait_ready()
+    assert (ha.primary_port, ha.replica_port) == (new, old)
+    replication = ha.raw(old).info("replication")
+    assert (replication["role"], replication["master_port"]) == ("slave", new)
+
+
+def test_faults_follow_each_other_and_a_sentinel_client_follows_the_primary(
+    ha: RedisHA,
+) -> None:
+    sentinel = Sentinel([("127.0.0.1", port) for port in ha.sentinel_ports], socket_timeout=5)
+    ports = [ha.primary_port]
+    for fault in ("sentinel_failover", "kill_primary", "stop_primary"):
+        FAULTS[fault](ha)
+        ports.append(ha.primary_port)
+        assert sentinel.discover_master(ha.service) == ("127.0.0.1", ha.primary_port)
+    # Two nodes: the role alternates with every fault.
+    assert ports == [ports[0], ports[1]] * 2
+
+
+def test_the_lagging_failover_loses_the_writes_the_replica_never_received(ha: RedisHA) -> None:
+    primary = ha.raw(ha.primary_port)
+    _write(primary, 0, _KEYS)
+    ha.wait_synced()
+
+    ha.lagging_failover(freeze_s=1.0, while_frozen=lambda: _write(primary, _KEYS, 2 * _KEYS))
+
+    after = _count(ha.raw(ha.primary_port))
+    assert _KEYS <= after < 2 * _KEYS, f"{after} keys after the promotion"
+    # The old primary had them (in its append-only file) and gave them up to resync.
+    ha.wait_ready()
+    ha.wait_synced()
+    assert _count(ha.raw(ha.replica_port)) == after
+
+
+def test_a_wait_that_cannot_end_names_what_did_not_happen(tmp_path: Path) -> None:
+    with RedisHA(tmp_path, patience_s=3.0) as ha:
+        ha.nodes[ha.replica_port].kill()
+        with pytest.raises(HAError, match=f"the replica on {ha.replica_port} to replicate"):
+            ha.failover()

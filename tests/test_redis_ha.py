@@ -30,9 +30,10 @@ def ha(tmp_path: Path) -> Iterator[RedisHA]:
 def _named_by_every_sentinel(ha: RedisHA) -> set[int]:
     named = set()
     for port in ha.sentinel_ports:
-        host, primary = ha.raw(port).execute_command(
-            "SENTINEL", "GET-MASTER-ADDR-BY-NAME", ha.service
-        )
+        with ha.raw(port) as sentinel:
+            host, primary = sentinel.execute_command(
+                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", ha.service
+            )
         assert host in (b"127.0.0.1", "127.0.0.1")
         named.add(int(primary))
     return named
@@ -83,12 +84,14 @@ def test_a_fault_leads_to_a_new_writable_primary_that_sentinel_reports(
 def test_faults_follow_each_other_and_a_sentinel_client_follows_the_primary(
     ha: RedisHA,
 ) -> None:
-    sentinel = Sentinel([("127.0.0.1", port) for port in ha.sentinel_ports], socket_timeout=5)
+    addresses = [("127.0.0.1", port) for port in ha.sentinel_ports]
+    sentinel = Sentinel(addresses, socket_timeout=5)  # type: ignore[no-untyped-call]
     ports = [ha.primary_port]
     for fault in ("sentinel_failover", "kill_primary", "stop_primary"):
         FAULTS[fault](ha)
         ports.append(ha.primary_port)
-        assert sentinel.discover_master(ha.service) == ("127.0.0.1", ha.primary_port)
+        found = sentinel.discover_master(ha.service)  # type: ignore[no-untyped-call]
+        assert found == ("127.0.0.1", ha.primary_port)
     # Two nodes: the role alternates with every fault.
     assert ports == [ports[0], ports[1]] * 2
 

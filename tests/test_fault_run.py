@@ -39,6 +39,15 @@ from tests.support.fault.checks import (
     payload_writer,
     recovery_times,
 )
+from tests.support.fault.failover import (
+    COUNTER,
+    FAILOVER_KINDS,
+    Answers,
+    check_after_answer,
+    check_counter,
+    check_fences,
+    check_recollect,
+)
 from tests.support.fault.observe import Observer
 from tests.support.fault.proxy import TcpProxy
 from tests.support.fault.run import Config, Harness
@@ -83,6 +92,68 @@ def test_short_fault_run_with_sessions_finds_no_violation() -> None:
     assert {r.session for r in harness.records.values()} == {"", "s0", "s1", "s2"}
     assert "1c exclusive holds overlapping within a session" in outcome.text
     assert outcome.unexpected == [], outcome.text
+
+
+@pytest.mark.slow
+@pytest.mark.proof
+def test_short_failover_run_with_a_replica_finds_no_violation() -> None:
+    # A primary and a replica under three Sentinels, every process waiting for one replica
+    # (TOOLPOOL_REDIS_REPLICAS=1): each of the four failovers, none of the checks finds a thing.
+    config = Config(
+        calls=600,
+        workers=6,
+        orchestrators=2,
+        seed=7,
+        turn_timeout=20,
+        failover=True,
+        replicas=1,
+        worker_faults=False,
+    )
+    harness = Harness(config)
+    try:
+        outcome = harness.run()
+    finally:
+        shutil.rmtree(harness.tmp, ignore_errors=True)
+    print(outcome.text)
+    assert set(FAILOVER_KINDS) <= {f.kind for f in harness.faults}, outcome.text
+    assert outcome.figures["calls"] >= 500, outcome.text
+    for check in ("6 counter never goes back", "7 fences rise", "9 stored results kept"):
+        assert check in outcome.text
+    assert outcome.unexpected == [], outcome.text
+
+
+def _grant(call_id: str, ts: float, fence: int, held: bool = True) -> list[Event]:
+    data = {"mode": "exclusive", "fence": fence}
+    return [
+        Event(event="lock_acquired", ts=ts, call_id=call_id, tool="bash", pid=1, data=data),
+        Event(event="lock_released", ts=ts + 0.1, call_id=call_id, data={"held": held}),
+    ]
+
+
+def test_the_failover_checks_can_fail() -> None:
+    seen = [Sighting(COUNTER, f"n{v:07d}-x", 1.0, float(v)) for v in (1, 2, 3)]
+    assert not check_counter(seen, payload("n0000003-x", 1)).violations
+    back = [*seen, Sighting(COUNTER, "n0000002-x", 4.0, 4.0)]
+    assert check_counter(back, None).violations == [f"{COUNTER} went back from 3 to 2 at 4.000"]
+    assert check_counter(seen, payload("n0000001-x", 1)).violations
+
+    epoch = 1 << 32
+    rising = _grant("a", 1.0, 5) + _grant("b", 2.0, epoch + 1)
+    assert not check_fences(rising, {}).violations
+    assert check_fences(_grant("a", 1.0, epoch + 5) + _grant("b", 2.0, 6), {}).violations
+    # A lost lease's grant may be stamped late: not held against the order.
+    assert not check_fences(_grant("a", 1.0, 9, held=False) + _grant("b", 2.0, 6), {}).violations
+
+    answered = {"r": CallRecord("r", "bash", status="ok", answered_at=5.0)}
+    again = [Event(event="tool_execution_started", ts=6.0, call_id="r")]
+    assert check_after_answer(answered, again).violations
+    assert not check_after_answer(answered, [again[0].model_copy(update={"ts": 4.0})]).violations
+
+    first: dict[str, Answers] = {"t": {"c": ("ok", None, "x")}}
+    assert not check_recollect(first, {"t": {"c": ("ok", None, "x")}}).violations
+    assert check_recollect(first, {"t": {"c": ("error", "timeout", "")}}).violations
+    assert check_recollect(first, {"t": "TurnError('unknown')"}).violations
+    assert check_recollect(first, {}).violations
 
 
 def test_payload_detects_torn_and_mixed_content() -> None:

@@ -65,6 +65,12 @@ class RedisHA:
         self.sentinels: list[Process] = []
         self.primary_port = 0
         self.replica_port = 0
+        # Wall-clock times (time.time()) of the last fault's injection and of the promotion
+        # that ended it, for a run that compares them with its processes' event stamps.
+        self.fault_at = 0.0
+        self.promoted_at = 0.0
+        # Called with the new primary's port at each promotion (a proxy that follows it).
+        self.on_promoted: Callable[[int], object] | None = None
         self._probes = 0
 
     # -- addresses ---------------------------------------------------------------------------
@@ -179,6 +185,7 @@ class RedisHA:
         self.wait_ready()
         old = self.primary_port
         started = time.monotonic()
+        self.fault_at = time.time()
         wait_until(
             "a Sentinel to accept SENTINEL FAILOVER",
             self._failover_accepted,
@@ -193,6 +200,7 @@ class RedisHA:
         self.wait_ready()
         old = self.nodes[self.primary_port]
         started = time.monotonic()
+        self.fault_at = time.time()
         old.kill()
         taken = self._promoted(old.port, started)
         self._restart_as_replica(old)
@@ -205,6 +213,7 @@ class RedisHA:
         self.wait_ready()
         old = self.nodes[self.primary_port]
         started = time.monotonic()
+        self.fault_at = time.time()
         old.stop()
         try:
             taken = self._promoted(old.port, started)
@@ -248,6 +257,7 @@ class RedisHA:
             )
             time.sleep(max(0.0, frozen_at + freeze_s - time.monotonic()))
             started = time.monotonic()
+            self.fault_at = time.time()
             old.kill()
             taken = self._promoted(old.port, started)
         finally:
@@ -325,6 +335,9 @@ class RedisHA:
             self._deadline(),
             self.diagnosis,
         )
+        self.promoted_at = time.time()
+        if self.on_promoted is not None:
+            self.on_promoted(self.primary_port)
         return time.monotonic() - started
 
     def _writable(self) -> bool:

@@ -101,6 +101,7 @@ class CallRecord:
     stored: tuple[str, str | None] | None = None  # (status, error_type) read back from Redis
     message: str = ""  # the start of an error result's text
     session: str = ""  # the session the call was sent to; "" for none
+    answered_at: float = 0.0  # when collect handed out its result
 
 
 @dataclass

@@ -23,7 +23,7 @@ import redis
 from executor.lock import RWLock
 from executor.wire import DEFAULT_SCOPE
 from tests.support.fault.checks import Fault
-from tests.support.fault.procs import Pools, crash_restart
+from tests.support.fault.procs import Pools, Server, crash_restart
 from workers._embedded_redis import RedisServer
 
 FAULT_KINDS = ["kill_random", "kill_holder", "stop_holder", "cut_holder", "redis_restart"]
@@ -34,7 +34,7 @@ class Injector:
 
     def __init__(
         self,
-        redis_server: RedisServer,
+        redis_server: Server,
         pools: Pools,
         done: threading.Event,
         rng: random.Random,
@@ -134,5 +134,6 @@ class Injector:
             target.restore()
             return Fault(kind if holding else "cut_idle", start, time.time(), pid, call_id)
         start = time.time()  # redis_restart
+        assert isinstance(self.redis, RedisServer), "a Redis restart needs the embedded server"
         crash_restart(self.redis, down_s=lease * 1.5)
         return Fault(kind, start, time.time(), note=f"down {time.time() - start:.2f} s")

@@ -39,6 +39,11 @@ _TOOLS = {
 }
 
 
+def counter_id(value: int) -> str:
+    """The start of the call id of the counter's ``value``th write (``Load.count_up``)."""
+    return f"n{value:07d}"
+
+
 class Load:
     """Shares ``calls`` calls out among orchestrator threads (``orchestrate(index, url)``)."""
 
@@ -57,6 +62,8 @@ class Load:
         self.seed, self.turn_timeout = seed, turn_timeout
         self.sessions = sessions or []
         self.records: dict[str, CallRecord] = {}
+        # Each collected turn's answers, by turn id (the failover mode collects them again).
+        self.answers: dict[str, dict[str, tuple[str, str | None, str]]] = {}
         self.counts = {"turns": 0, "submit_errors": 0, "collect_errors": 0}
         self._lock = threading.Lock()
         self._remaining = calls
@@ -105,6 +112,30 @@ class Load:
                 for item in calls:
                     self.records[item["id"]].submitted_at = now
                 turn = self._submit(executor, calls, session)
+                if turn is not None:
+                    self._collect(executor, turn, calls)
+        finally:
+            executor.close()
+
+    def count_up(self, path: str, redis_url: str) -> None:
+        """One orchestrator writing ``path`` over and over, each time the next value of a
+        counter (``counter_id``), each write sent once the one before was answered."""
+        executor = Executor(settings=self.settings.with_changes(redis_url=redis_url))
+        value = 0
+        try:
+            while self._take(1) and not self.done.is_set():
+                value += 1
+                call_id = f"{counter_id(value)}-{uuid.uuid4().hex[:8]}"
+                self.records[call_id] = CallRecord(call_id, "write_file", path)
+                self.records[call_id].submitted_at = time.time()
+                calls = [
+                    {
+                        "id": call_id,
+                        "name": "write_file",
+                        "arguments": {"path": path, "content": payload(call_id, 1)},
+                    }
+                ]
+                turn = self._submit(executor, calls, None)
                 if turn is not None:
                     self._collect(executor, turn, calls)
         finally:
@@ -163,9 +194,16 @@ class Load:
                 time.sleep(0.2)
         else:
             return
+        answered = time.time()
+        turn_id = turn if isinstance(turn, str) else turn.turn_id
+        self.answers[turn_id] = {
+            r.call_id: (r.status.value, r.error_type.value if r.error_type else None, r.content)
+            for r in results
+        }
         for result in results:
             record = self.records.get(result.call_id)
             if record is not None:
+                record.answered_at = answered
                 record.status = result.status.value
                 record.error_type = result.error_type.value if result.error_type else None
                 record.message = result.content[:200] if result.error_type else ""

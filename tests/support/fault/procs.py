@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
 import redis
 
@@ -25,6 +26,13 @@ from tests.support.ports import free_port
 from workers._embedded_redis import RedisServer
 
 MARK = "TOOLPOOL_FAULT_RUN"
+
+
+class Server(Protocol):
+    """What the run's parts need of its Redis: a URL of the current primary."""
+
+    @property
+    def tcp_url(self) -> str: ...
 
 
 def aof_redis() -> RedisServer:
@@ -75,16 +83,22 @@ class Pools:
 
     def __init__(
         self,
-        redis_server: RedisServer,
+        redis_server: Server,
         workspace: Path,
         log: Path,
         mark: str,
         *,
         sessions_root: Path | None = None,
         host: str = "",
+        url: str | None = None,
+        proxies: bool = True,
+        replicas: int = 0,
     ) -> None:
         self.redis, self.ws, self.log, self.mark = redis_server, workspace, log, mark
         self.sessions_root, self.host = sessions_root, host
+        # The failover mode: every pool at ``url`` (Sentinel's, or a proxy following the
+        # primary), none behind a proxy of its own, each waiting for ``replicas``.
+        self.url, self.proxies, self.replicas = url, proxies, replicas
         self.supervisors: list[tuple[subprocess.Popen[bytes], TcpProxy | None]] = []
 
     def start(self, workers: int, lease_ms: int) -> None:
@@ -92,6 +106,10 @@ class Pools:
         direct = max(1, workers - 2)
         plan: list[tuple[int, TcpProxy | None]] = [(direct, None)]
         for _ in range(min(2, workers - 1)):
+            if not self.proxies:
+                plan.append((1, None))
+                continue
+            assert isinstance(self.redis, RedisServer), "a pool's proxy needs the embedded server"
             plan.append((1, TcpProxy("127.0.0.1", tcp_port(self.redis)).start()))
         closed = free_port()  # nothing listens: get_weather fails fast with a named error
         env = {
@@ -104,10 +122,11 @@ class Pools:
             "TOOLPOOL_HTTP_TIMEOUT": "1",
             "TOOLPOOL_WEATHER_URL": f"http://127.0.0.1:{closed}",
             "TOOLPOOL_GEOCODING_URL": f"http://127.0.0.1:{closed}",
+            "TOOLPOOL_REDIS_REPLICAS": str(self.replicas),
         }
         with self.log.open("ab") as log:
             for count, proxy in plan:
-                url = proxy.url if proxy else self.redis.tcp_url
+                url = proxy.url if proxy else self.url or self.redis.tcp_url
                 command = [
                     sys.executable,
                     "-m",

@@ -56,6 +56,12 @@ class TcpProxy:
         """Move bytes again; connections that lived through the cut are closed."""
         self._cut.clear()
 
+    def retarget(self, host: str, port: int) -> None:
+        """Forward new connections to ``host:port``; connections to the old target are closed,
+        as a client following a new primary drops its pooled connections."""
+        self.target = (host, port)
+        self._epoch += 1
+
     def stop(self) -> None:
         self._stopped.set()
         self._cut.clear()

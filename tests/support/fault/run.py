@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.support.fault.run [--calls N] [--workers N] [--orchestrators N]
         [--seconds S] [--lease-ms MS] [--max-faults N] [--fault-gap S] [--seed N]
         [--turn-timeout S] [--sessions N]
+        [--failover [--replicas N] [--follow sentinel|proxy] [--no-worker-faults]]
 
 A private redis-server (append-only, fsync always, a free port, never 6379), three pools run
 as ``python -m workers.cli worker`` (one direct, two through loopback TCP proxies that the
@@ -17,6 +18,12 @@ With ``--sessions N`` (N > 0), the pools also serve sessions, all from one sessi
 one host name, and the run creates sessions s0..s(N-1) once the pools are up, each seeded
 with the workspace's starting files; most orchestrators send their turns to the sessions
 (``load``), and the checks run per lock scope and per folder.
+
+With ``--failover``, the Redis is a primary and a replica under three Sentinels (``failover``):
+every pool and orchestrator reaches it by the Sentinel URL (``--follow proxy``: through a
+proxy that follows the primary), with ``TOOLPOOL_REDIS_REPLICAS=--replicas``; the faults are
+the four failovers and, unless ``--no-worker-faults``, the worker faults that need no proxy;
+one more orchestrator writes an increasing counter, and the checks of ``failover`` run too.
 
 The parts, beside this module (the configuration, the run and ``main``): ``procs`` (the Redis
 server, the worker pools, the scan for leftovers), ``load`` (the orchestrators and their
@@ -43,6 +50,7 @@ import redis
 
 from executor import Sessions, Settings
 from executor._rq.jobs import call_queue, named_queue
+from executor.client import Executor
 from executor.lock import RWLock
 from executor.wire import (
     DEFAULT_SCOPE,
@@ -69,10 +77,21 @@ from tests.support.fault.checks import (
     recovery_times,
     report,
 )
+from tests.support.fault.failover import (
+    COUNTER,
+    FailoverInjector,
+    FailoverRedis,
+    check_after_answer,
+    check_counter,
+    check_fences,
+    check_recollect,
+    heal_times,
+)
 from tests.support.fault.inject import Injector
-from tests.support.fault.load import SHARED, Load
+from tests.support.fault.load import SHARED, Load, counter_id
 from tests.support.fault.observe import Observer, watch
 from tests.support.fault.procs import Pools, aof_redis, proc_scan
+from workers._embedded_redis import RedisServer
 
 HOST = "fault-host"  # the one host name of the pools' sessions: they share the disk
 
@@ -89,6 +108,10 @@ class Config:
     seed: int = 0
     turn_timeout: float = 120.0
     sessions: int = 0  # sessions s0..s(N-1); 0: none, every call in the workspace
+    failover: bool = False  # a primary and a replica under Sentinels, and failovers
+    replicas: int = 0  # TOOLPOOL_REDIS_REPLICAS of every process
+    follow: str = "sentinel"  # how the processes find the primary: "sentinel" or "proxy"
+    worker_faults: bool = True  # with failover: worker faults between the failovers
 
 
 @dataclass
@@ -117,7 +140,12 @@ class Harness:
         self.sessions_root = self.tmp / "sessions"
         if config.sessions:
             self.sessions_root.mkdir()
-        self.redis = aof_redis()
+        if config.failover and config.sessions:
+            raise ValueError("the failover mode runs without sessions")
+        self.redis: RedisServer | FailoverRedis = (
+            FailoverRedis(self.tmp, follow=config.follow) if config.failover else aof_redis()
+        )
+        self.shared = [*SHARED, COUNTER] if config.failover else SHARED
         self.keys = Keys()
         self.settings = Settings(
             workspace=self.ws,
@@ -126,6 +154,7 @@ class Harness:
             call_heartbeat_s=0.5,
             events_maxlen=1_000_000,
             turn_timeout=120.0,
+            redis_replicas=config.replicas,
         )
         self._load_done = threading.Event()
         self.pools = Pools(
@@ -135,6 +164,8 @@ class Harness:
             self.mark,
             sessions_root=self.sessions_root if config.sessions else None,
             host=HOST,
+            proxies=not config.failover,
+            replicas=config.replicas,
         )
         self.load = Load(
             self.settings,
@@ -146,18 +177,31 @@ class Harness:
             sessions=self.session_names,
         )
         self.scopes = [DEFAULT_SCOPE, *(session_scope(n) for n in self.session_names)]
-        self.injector = Injector(
-            self.redis,
-            self.pools,
-            self._load_done,
-            self.rng,
-            lease_ms=config.lease_ms,
-            gap=config.fault_gap,
-            max_faults=config.max_faults,
-            scopes=self.scopes,
+        self.injector = (
+            FailoverInjector(
+                self.redis,
+                self.pools,
+                self._load_done,
+                self.rng,
+                lease_ms=config.lease_ms,
+                gap=config.fault_gap,
+                worker_faults=config.worker_faults,
+                scopes=self.scopes,
+            )
+            if isinstance(self.redis, FailoverRedis)
+            else Injector(
+                self.redis,
+                self.pools,
+                self._load_done,
+                self.rng,
+                lease_ms=config.lease_ms,
+                gap=config.fault_gap,
+                max_faults=config.max_faults,
+                scopes=self.scopes,
+            )
         )
         self.sightings: list[Sighting] = []
-        self.observers = [Observer(self.ws, SHARED, self.sightings)] + [
+        self.observers = [Observer(self.ws, self.shared, self.sightings)] + [
             Observer(self.sessions_root / n, SHARED, self.sightings, folder=n)
             for n in self.session_names
         ]
@@ -169,14 +213,19 @@ class Harness:
         self.redis.start()
         try:
             _seed(self.ws)
+            url = self.url
+            self.pools.url = url
             self.pools.start(self.cfg.workers, self.cfg.lease_ms)
             self._create_sessions()
             threads = [
-                threading.Thread(
-                    target=self.load.orchestrate, args=(i, self.redis.tcp_url), daemon=True
-                )
+                threading.Thread(target=self.load.orchestrate, args=(i, url), daemon=True)
                 for i in range(self.cfg.orchestrators)
             ]
+            if self.cfg.failover:
+                counter = threading.Thread(
+                    target=self.load.count_up, args=(COUNTER, url), daemon=True
+                )
+                threads.append(counter)
             helpers = [
                 threading.Thread(target=watch, args=(self.observers, self._load_done), daemon=True),
                 threading.Thread(target=self.injector.loop, daemon=True),
@@ -194,6 +243,11 @@ class Harness:
         finally:
             self.pools.stop()
             self.redis.stop()
+
+    @property
+    def url(self) -> str:
+        """The URL of the run's processes (in the failover mode, the one following failovers)."""
+        return self.redis.url if isinstance(self.redis, FailoverRedis) else self.redis.tcp_url
 
     def _create_sessions(self) -> None:
         """Create the sessions on the pools' host, each empty, then seed it like the workspace."""
@@ -213,6 +267,8 @@ class Harness:
                 _seed(self.sessions_root / name)
 
     def _finish(self, load_s: float, started: float) -> Outcome:
+        if isinstance(self.redis, FailoverRedis):
+            self.redis.ha.wait_ready()  # the last failover over: tcp_url is the last primary
         client = redis.Redis.from_url(self.redis.tcp_url)
         state = self._settle(client)
         events = [e for _, e in read_events(client, self.keys)]
@@ -233,7 +289,7 @@ class Harness:
         state.processes_left = self.pools.stop()
         folders = {"": self.ws, **{n: self.sessions_root / n for n in self.session_names}}
         finals = {
-            name: {n: (folder / n).read_text() for n in [*SHARED, EDIT_LOG]}
+            name: {n: (folder / n).read_text() for n in [*self.shared, EDIT_LOG]}
             for name, folder in folders.items()
         }
         ran = {name: _ran(folder) for name, folder in folders.items()}
@@ -251,6 +307,17 @@ class Harness:
             files,
             check_end(state),
         ]
+        times = recovery_times(events, self.faults, self._scope_of(records))
+        if self.cfg.failover:
+            healed, heal = heal_times(self.faults, events, self.cfg.lease_ms)
+            times.update(heal)
+            checks += [
+                check_counter(self.sightings, finals[""].get(COUNTER)),
+                check_fences(events, records),
+                check_after_answer(records, events),
+                check_recollect(self.load.answers, self._recollect()),
+                healed,
+            ]
         figures = {
             "calls": len(records),
             "turns": self.load.counts["turns"],
@@ -263,14 +330,43 @@ class Harness:
             "collect retries (Redis down)": self.load.counts["collect_errors"],
             "total time": f"{time.monotonic() - started:.1f} s",
         }
-        scope_of = {c: r.session for c, r in records.items()} if sessions else None
         if sessions:
             figures["sessions"] = self._session_figures(records)
-        times = recovery_times(events, self.faults, scope_of)
+        if self.cfg.failover:
+            figures["redis"] = (
+                f"primary + replica + 3 Sentinels, followed by {self.cfg.follow}, "
+                f"TOOLPOOL_REDIS_REPLICAS={self.cfg.replicas}"
+            )
         text = report(checks, self.faults, times, figures)
         self._dump(events, records)
         text += f"\nrecords, faults and events: {self.tmp / 'run.json'}"
         return Outcome([v for c in checks for v in c.violations], text, figures)
+
+    def _scope_of(self, records: dict[str, CallRecord]) -> dict[str, str] | None:
+        return {c: r.session for c, r in records.items()} if self.session_names else None
+
+    def _recollect(self) -> dict[str, dict[str, tuple[str, str | None, str]] | str]:
+        """Every collected turn collected again, through the processes' URL."""
+        again: dict[str, dict[str, tuple[str, str | None, str]] | str] = {}
+        executor = Executor(settings=self.settings.with_changes(redis_url=self.url))
+        try:
+            for turn_id in list(self.load.answers):
+                try:
+                    results = executor.collect(turn_id, timeout=10.0)
+                except Exception as error:  # every failure is a finding here
+                    again[turn_id] = repr(error)[:200]
+                    continue
+                again[turn_id] = {
+                    r.call_id: (
+                        r.status.value,
+                        r.error_type.value if r.error_type else None,
+                        r.content,
+                    )
+                    for r in results
+                }
+        finally:
+            executor.close()
+        return again
 
     def _session_figures(self, records: dict[str, CallRecord]) -> str:
         """Calls per session and without one; holder faults per scope."""
@@ -337,6 +433,7 @@ def _seed(folder: Path) -> None:
     """The starting files: each shared file an ``init`` payload, the edit log empty."""
     for name in SHARED:
         (folder / name).write_text(payload("init", 1))
+    (folder / COUNTER).write_text(payload(f"{counter_id(0)}-init", 1))
     (folder / EDIT_LOG).write_text(EDIT_LOG_START)
 
 
@@ -361,18 +458,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sessions", type=int, default=0, help="sessions to spread the turns over (0: none)"
     )
+    parser.add_argument(
+        "--failover", action="store_true", help="a primary and a replica under Sentinels"
+    )
+    parser.add_argument("--replicas", type=int, default=0, help="TOOLPOOL_REDIS_REPLICAS")
+    parser.add_argument("--follow", choices=["sentinel", "proxy"], default="sentinel")
+    parser.add_argument("--no-worker-faults", action="store_true", help="failovers only")
     args = parser.parse_args(argv)
     config = Config(
-        args.calls,
-        args.workers,
-        args.orchestrators,
-        args.seconds,
-        args.lease_ms,
-        args.max_faults,
-        args.fault_gap,
-        args.seed,
-        args.turn_timeout,
-        args.sessions,
+        calls=args.calls,
+        workers=args.workers,
+        orchestrators=args.orchestrators,
+        seconds=args.seconds,
+        lease_ms=args.lease_ms,
+        max_faults=args.max_faults,
+        fault_gap=args.fault_gap,
+        seed=args.seed,
+        turn_timeout=args.turn_timeout,
+        sessions=args.sessions,
+        failover=args.failover,
+        replicas=args.replicas,
+        follow=args.follow,
+        worker_faults=not args.no_worker_faults,
     )
     outcome = Harness(config).run()
     print(outcome.text, flush=True)

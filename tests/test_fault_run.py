@@ -104,7 +104,7 @@ def test_short_failover_run_with_a_replica_finds_no_violation() -> None:
         workers=6,
         orchestrators=2,
         seed=7,
-        turn_timeout=20,
+        turn_timeout=60,
         failover=True,
         replicas=1,
         worker_faults=False,

@@ -5,7 +5,7 @@ Sentinel URL, or (``follow="proxy"``) a loopback proxy that forwards to the curr
 and closes its connections to the old one at each promotion. ``FailoverInjector`` injects the
 four failovers (SENTINEL FAILOVER, SIGKILL, SIGSTOP of the primary, a lagging replica
 promoted), one of each first, and, with ``worker_faults``, the worker faults that need no
-proxy in between.
+proxy in between; after each failover it waits until an exclusive lock is held again.
 
 The checks of this mode, beside those of ``checks``: the counter file never goes back,
 exclusive grants' fences rise in grant order, no call ran again after its answer, a second
@@ -20,6 +20,7 @@ import itertools
 import random
 import statistics
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,7 +33,7 @@ from tests.support.fault.checks import CallRecord, CheckResult, Fault, Sighting,
 from tests.support.fault.inject import Injector
 from tests.support.fault.procs import Pools
 from tests.support.fault.proxy import TcpProxy
-from tests.support.redis_ha import RedisHA
+from tests.support.redis_ha import HAError, RedisHA
 
 FAILOVER_KINDS = ["sentinel_failover", "kill_primary", "stop_primary", "lagging_failover"]
 WORKER_KINDS = ["kill_random", "kill_holder", "stop_holder"]  # cut_holder needs a proxy
@@ -123,11 +124,28 @@ class FailoverInjector(Injector):
                 fault = self._worker_fault(self.rng.choice(WORKER_KINDS))
             else:
                 fault = self.ha.inject(plan.pop(0) if plan else self.rng.choice(FAILOVER_KINDS))
+                self._wait_for_a_grant()
             if fault is not None:
                 self.faults.append(fault)
 
+    def _wait_for_a_grant(self, patience_s: float = 60.0) -> None:
+        """Let the load heal before the next fault: wait until an exclusive lock is held
+        again (back to back, failovers would only measure each other's outages)."""
+        deadline = time.monotonic() + patience_s
+        while not self.done.is_set() and time.monotonic() < deadline:
+            with contextlib.suppress(redis.RedisError, HAError):
+                self.ha.ha.refresh()
+                for scope in self.scopes:
+                    lock = RWLock.from_url(self.ha.tcp_url, scope, lease_ms=self.lease_ms)
+                    try:
+                        if any(h.mode == "exclusive" for h in lock.status().holders):
+                            return
+                    finally:
+                        lock.close()
+            time.sleep(0.05)
+
     def _worker_fault(self, kind: str) -> Fault | None:
-        with contextlib.suppress(redis.RedisError):
+        with contextlib.suppress(redis.RedisError, HAError):
             self.ha.ha.refresh()
         locks = [
             RWLock.from_url(self.ha.tcp_url, scope, lease_ms=self.lease_ms) for scope in self.scopes

@@ -565,7 +565,18 @@ class Executor:
         return len(self.results.get_many(enqueued)) < len(enqueued)
 
     def _load_plan(self, turn_id: str) -> TurnPlan:
-        return plan_from(turn_id, self.client.get(self.keys.turn(turn_id)))
+        # With acknowledged writes, read with the acknowledgement: a plan only the old primary
+        # had (its submit was refused) must not be answered, then be unknown after a failover.
+        acks = self.results.acks
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.get(self.keys.turn(turn_id))
+            added = acks.queue_confirm(pipe)
+            replies = pipe.execute(raise_on_error=False)
+        if added:
+            acks.check(replies[-1], f"the plan of turn {turn_id}")
+        if isinstance(replies[0], BaseException):
+            raise replies[0]
+        return plan_from(turn_id, replies[0])
 
     def _stream_position(self) -> str:
         last: list[tuple[Any, Any]] = self.client.xrevrange(self.keys.events, count=1)  # type: ignore[assignment]

@@ -11,12 +11,22 @@ URLs::
     redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]     TCP (HOST defaults to localhost, PORT to 6379)
     rediss://...                                   the same over TLS
     unix://[[USER]:PASSWORD@]/PATH/redis.sock      a unix socket (DB as ?db=N)
+    redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]
+                                                   the primary of SERVICE, asked of these
+                                                   Sentinels (PORT defaults to 26379)
+    rediss+sentinel://...                          the same over TLS, to Sentinels and servers
 
 Query options: ``db``, ``client_name``, ``health_check_interval`` (seconds; a PING before
-using a connection idle that long) and, for ``rediss://`` only, ``ssl_ca_certs``,
+using a connection idle that long); for the TLS schemes only, ``ssl_ca_certs``,
 ``ssl_ca_path``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_password``, ``ssl_cert_reqs``
 (none, optional, required), ``ssl_check_hostname`` and ``ssl_min_version`` (TLSv1_2,
-TLSv1_3). Timeouts are not read from the URL: each role sets its own, below.
+TLSv1_3); for the Sentinel schemes only, ``sentinel_username`` and ``sentinel_password``, the
+Sentinels' own login (the URL's USER and PASSWORD are the Redis servers'; without these
+options the Sentinels are asked without one). Timeouts are not read from the URL: each role
+sets its own, below, on the Sentinel connections as on the servers'.
+
+Every pool follows the primary (``executor/_primary.py``): a ``READONLY`` reply or a new
+primary seen by a new connection closes the pool's other connections.
 
 Roles (socket timeout / connect timeout / immediate retries after a ConnectionError or
 TimeoutError; a socket timeout of None waits as long as a blocking command takes):
@@ -53,17 +63,22 @@ from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio
-import redis.asyncio.connection
-import redis.connection
+import redis.asyncio.sentinel
+import redis.sentinel
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from executor import _primary
 from executor._errors import ConfigurationError
 from executor._settings import shown_url
 
 DEFAULT_PORT = 6379
-_SCHEMES = "redis://HOST:PORT/DB, rediss://HOST:PORT/DB (TLS) or unix:///PATH/redis.sock"
+SENTINEL_PORT = 26379
+_SCHEMES = (
+    "redis://HOST:PORT/DB, rediss://HOST:PORT/DB (TLS), unix:///PATH/redis.sock or "
+    "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB"
+)
 
 
 class RedisURLError(ConfigurationError, ValueError):
@@ -113,10 +128,14 @@ class RedisSettings:
     """Where one Redis is and how to log in, parsed once from its URL (``from_url``)."""
 
     url: str = field(repr=False)
-    transport: Literal["tcp", "unix"] = "tcp"
+    transport: Literal["tcp", "unix", "sentinel"] = "tcp"
     host: str = "localhost"
     port: int = DEFAULT_PORT
     path: str | None = None  # the unix socket
+    sentinels: tuple[tuple[str, int], ...] = ()  # (host, port) of each Sentinel
+    service: str | None = None  # the Sentinel service name of the primary
+    sentinel_username: str | None = None
+    sentinel_password: str | None = field(default=None, repr=False)
     db: int = 0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
@@ -205,33 +224,98 @@ def _pool(
         "db": settings.db,
         "username": settings.username,
         "password": settings.password,
+        "client_name": settings.client_name,
+        "health_check_interval": settings.health_check_interval,
+        **_limits(role, asynchronous),
+    }
+    tls = {} if settings.tls is None else settings.tls.kwargs()
+    if settings.transport == "sentinel":
+        return _sentinel_pool(settings, role, options, tls, asynchronous=asynchronous)
+    tcp: type[Any]
+    ssl_: type[Any]
+    unix: type[Any]
+    if asynchronous:
+        pool_class: Any = _primary.AsyncFollowingPool
+        tcp, ssl_, unix = (
+            _primary.AsyncConnection,
+            _primary.AsyncSSLConnection,
+            _primary.AsyncUnixConnection,
+        )
+    else:
+        pool_class = _primary.FollowingPool
+        tcp, ssl_, unix = _primary.Connection, _primary.SSLConnection, _primary.UnixConnection
+    connection_class: type[Any]
+    if settings.transport == "unix":
+        connection_class = unix
+        options["path"] = settings.path
+    else:
+        options["host"] = settings.host
+        options["port"] = settings.port
+        connection_class = tcp if settings.tls is None else ssl_
+        options.update(tls)
+    pool: redis.ConnectionPool | redis.asyncio.ConnectionPool = pool_class(
+        connection_class=connection_class, **options
+    )
+    return pool
+
+
+def _limits(role: Role, asynchronous: bool) -> dict[str, Any]:
+    return {
         "socket_timeout": role.socket_timeout,
         "socket_connect_timeout": role.connect_timeout,
         # Always a Retry of our own: without one, redis-py's default differs between
         # from_url (none) and the constructor (ten, with backoff).
         "retry": (AsyncRetry if asynchronous else Retry)(NoBackoff(), role.retries),
-        "health_check_interval": settings.health_check_interval,
-        "client_name": settings.client_name,
     }
+
+
+def _sentinel_pool(
+    settings: RedisSettings,
+    role: Role,
+    options: dict[str, Any],
+    tls: dict[str, Any],
+    *,
+    asynchronous: bool,
+) -> redis.ConnectionPool | redis.asyncio.ConnectionPool:
+    # The Sentinels get the role's limits (a Retry each: one is not shared between clients),
+    # TLS as the servers do, and their own login.
+    sentinel_options: dict[str, Any] = {
+        "username": settings.sentinel_username,
+        "password": settings.sentinel_password,
+        **_limits(role, asynchronous),
+    }
+    if settings.tls is not None:
+        sentinel_options.update(tls, ssl=True)
+    options.update(tls)
+    addresses = list(settings.sentinels)
+    pool: redis.ConnectionPool | redis.asyncio.ConnectionPool
+    manager_class: Any  # redis-py's Sentinel classes are not annotated
     if asynchronous:
-        module: Any = redis.asyncio.connection
-        pool_class: Any = redis.asyncio.ConnectionPool
+        manager_class = redis.asyncio.sentinel.Sentinel
+        manager = manager_class(addresses, sentinel_kwargs=sentinel_options)
+        pool = _primary.AsyncFollowingSentinelPool(
+            settings.service,
+            manager,
+            connection_class=(
+                _primary.AsyncSentinelConnection
+                if settings.tls is None
+                else _primary.AsyncSentinelSSLConnection
+            ),
+            **options,
+        )
     else:
-        module = redis.connection
-        pool_class = redis.ConnectionPool
-    if settings.transport == "unix":
-        connection_class = module.UnixDomainSocketConnection
-        options["path"] = settings.path
-    else:
-        options["host"] = settings.host
-        options["port"] = settings.port
-        connection_class = module.Connection
-        if settings.tls is not None:
-            connection_class = module.SSLConnection
-            options.update(settings.tls.kwargs())
-    pool: redis.ConnectionPool | redis.asyncio.ConnectionPool = pool_class(
-        connection_class=connection_class, **options
-    )
+        manager_class = redis.sentinel.Sentinel
+        manager = manager_class(addresses, sentinel_kwargs=sentinel_options)
+        pool = _primary.FollowingSentinelPool(
+            settings.service,
+            manager,
+            connection_class=(
+                _primary.SentinelConnection
+                if settings.tls is None
+                else _primary.SentinelSSLConnection
+            ),
+            **options,
+        )
     return pool
 
 
@@ -254,6 +338,7 @@ def _parse(url: str) -> RedisSettings:
 
 
 def _parse_tcp(url: str, parts: SplitResult, query: dict[str, str]) -> RedisSettings:
+    _no_sentinel_options(url, query, f"{parts.scheme}://")
     tls = _tls(url, query) if parts.scheme == "rediss" else None
     if tls is None:
         _no_tls_options(url, query, f"{parts.scheme}://")
@@ -271,6 +356,7 @@ def _parse_tcp(url: str, parts: SplitResult, query: dict[str, str]) -> RedisSett
 
 def _parse_unix(url: str, parts: SplitResult, query: dict[str, str]) -> RedisSettings:
     _no_tls_options(url, query, "unix://")
+    _no_sentinel_options(url, query, "unix://")
     host = parts.netloc.rpartition("@")[2]
     if host:
         raise RedisURLError(
@@ -291,11 +377,65 @@ def _parse_unix(url: str, parts: SplitResult, query: dict[str, str]) -> RedisSet
     )
 
 
+def _parse_sentinel(url: str, parts: SplitResult, query: dict[str, str]) -> RedisSettings:
+    tls = _tls(url, query) if parts.scheme == "rediss+sentinel" else None
+    if tls is None:
+        _no_tls_options(url, query, f"{parts.scheme}://")
+    login, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = login.partition(":")
+    if not hosts:
+        raise RedisURLError(url, "no Sentinels: give HOST[:PORT],HOST[:PORT]... before /SERVICE")
+    service, _, db_path = unquote(parts.path).lstrip("/").partition("/")
+    if not service:
+        raise RedisURLError(
+            url,
+            "no service: name the Sentinels' service after them, as in "
+            f"{parts.scheme}://HOST:26379,HOST:26379/SERVICE/DB",
+        )
+    return RedisSettings(
+        url=url,
+        transport="sentinel",
+        sentinels=tuple(_sentinel_address(url, entry) for entry in hosts.split(",")),
+        service=service,
+        db=_db(url, db_path, query),
+        username=_credential(user),
+        password=_credential(password),
+        sentinel_username=query.get("sentinel_username") or None,
+        sentinel_password=query.get("sentinel_password") or None,
+        tls=tls,
+    )
+
+
+def _sentinel_address(url: str, entry: str) -> tuple[str, int]:
+    if not entry:
+        raise RedisURLError(
+            url, "bad Sentinel list: an empty entry; give HOST[:PORT],HOST[:PORT]..."
+        )
+    try:
+        parts = urlsplit(f"//{entry}")
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        raw = entry.rpartition("]")[2].partition(":")[2]
+        raise RedisURLError(
+            url, f"bad port {raw!r} of Sentinel {entry!r}: a number from 1 to 65535"
+        ) from None
+    if not host:
+        raise RedisURLError(url, f"bad Sentinel {entry!r}: no host")
+    if port == 0 or (port is None and entry.endswith(":")):
+        raw = entry.rpartition(":")[2]
+        raise RedisURLError(
+            url, f"bad port {raw!r} of Sentinel {entry!r}: a number from 1 to 65535"
+        )
+    return unquote(host), SENTINEL_PORT if port is None else port
+
+
 # A parser per scheme; an address of another kind adds its scheme here.
 _PARSERS: Mapping[str, Callable[[str, SplitResult, dict[str, str]], RedisSettings]] = {
     "redis": _parse_tcp,
     "rediss": _parse_tcp,
     "unix": _parse_unix,
+    "redis+sentinel": _parse_sentinel,
+    "rediss+sentinel": _parse_sentinel,
 }
 
 _TLS_OPTIONS = (
@@ -308,7 +448,8 @@ _TLS_OPTIONS = (
     "ssl_check_hostname",
     "ssl_min_version",
 )
-_OPTIONS = ("db", "client_name", "health_check_interval", *_TLS_OPTIONS)
+_SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
+_OPTIONS = ("db", "client_name", "health_check_interval", *_TLS_OPTIONS, *_SENTINEL_OPTIONS)
 _TIMEOUTS = ("socket_timeout", "socket_connect_timeout", "timeout", "retry_on_timeout")
 _CERT_REQS: Mapping[str, CertReqs] = {
     "none": "none",
@@ -386,6 +527,14 @@ def _no_tls_options(url: str, query: dict[str, str], scheme: str) -> None:
     found = [name for name in _TLS_OPTIONS if name in query]
     if found:
         raise RedisURLError(url, f"{found[0]} is a TLS option: use rediss://, not {scheme}")
+
+
+def _no_sentinel_options(url: str, query: dict[str, str], scheme: str) -> None:
+    found = [name for name in _SENTINEL_OPTIONS if name in query]
+    if found:
+        raise RedisURLError(
+            url, f"{found[0]} is a Sentinel option: use redis+sentinel://, not {scheme}"
+        )
 
 
 def _tls(url: str, query: dict[str, str]) -> TLSOptions:

@@ -16,6 +16,7 @@ tool (``@tool(settings=...)``), carried in ``Settings.tools`` and handed to that
 from __future__ import annotations
 
 import os
+import re
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
@@ -529,10 +530,17 @@ def _name(kind: type) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
+# Query options that carry a password (a Sentinel's, a TLS key's), masked like the URL's own.
+_SECRET_OPTIONS = re.compile(r"(?<=[?&])((?:sentinel|ssl)_password=)[^&#]*")
+
+
 def shown_url(url: str) -> str:
-    """The URL without its password, for messages and logs."""
+    """The URL without its passwords, for messages and logs."""
     parts = urlsplit(url)
-    if not parts.password:
+    query = _SECRET_OPTIONS.sub(r"\1***", "?" + parts.query)[1:]
+    if not parts.password and query == parts.query:
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    netloc = parts.netloc
+    if parts.password:
+        netloc = netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -20,7 +20,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.connection
 import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.connection
+import redis.sentinel
 from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -101,6 +103,38 @@ USER = "toolpool"
         ),
         ("redis://h/0?client_name=orchestrator", {"client_name": "orchestrator"}),
         ("redis://h/0?health_check_interval=30", {"health_check_interval": 30}),
+        (
+            "redis+sentinel://10.0.0.1:26380,s2,[::1]:26381/toolpool/3",
+            {
+                "transport": "sentinel",
+                "sentinels": (("10.0.0.1", 26380), ("s2", 26379), ("::1", 26381)),
+                "service": "toolpool",
+                "db": 3,
+                "tls": None,
+            },
+        ),
+        ("redis+sentinel://s1/toolpool", {"sentinels": (("s1", 26379),), "db": 0}),
+        ("redis+sentinel://s1/toolpool/", {"service": "toolpool", "db": 0}),
+        ("redis+sentinel://s1/my%20primary?db=2", {"service": "my primary", "db": 2}),
+        ("REDIS+SENTINEL://S1:1/t", {"sentinels": (("s1", 1),), "transport": "sentinel"}),
+        (
+            f"redis+sentinel://{USER}:{quote(PASSWORD, safe='')}@s1:1,s2:2/t/0",
+            {"username": USER, "password": PASSWORD, "sentinel_password": None},
+        ),
+        (
+            f"redis+sentinel://:pw@s1/t/0?sentinel_username=watcher"
+            f"&sentinel_password={quote(PASSWORD, safe='')}",
+            {
+                "username": None,
+                "password": "pw",
+                "sentinel_username": "watcher",
+                "sentinel_password": PASSWORD,
+            },
+        ),
+        (
+            "rediss+sentinel://s1:26380,s2:26380/t/1?ssl_ca_certs=/ca.pem&client_name=me",
+            {"tls": TLSOptions(ca_certs="/ca.pem"), "client_name": "me", "db": 1},
+        ),
     ],
 )
 def test_urls_are_parsed(url: str, expected: dict[str, Any]) -> None:
@@ -116,7 +150,27 @@ def test_urls_are_parsed(url: str, expected: dict[str, Any]) -> None:
         ("", "no URL given"),
         ("localhost:6379", "not a URL (no scheme://)"),
         ("http://x", "unknown scheme 'http://'; use redis://"),
-        ("redis+sentinel://h:26379/mymaster/0", "unknown scheme 'redis+sentinel://'"),
+        ("redis-sentinel://h:26379/mymaster/0", "unknown scheme 'redis-sentinel://'"),
+        ("redis+sentinel://h:26379", "no service: name the Sentinels' service after them"),
+        ("redis+sentinel://h:26379/", "no service"),
+        ("redis+sentinel:///toolpool/0", "no Sentinels: give HOST[:PORT],HOST[:PORT]"),
+        ("redis+sentinel://:pw@/toolpool/0", "no Sentinels"),
+        ("redis+sentinel://a:1,,b:2/toolpool", "bad Sentinel list: an empty entry"),
+        ("redis+sentinel://a:1,/toolpool", "bad Sentinel list: an empty entry"),
+        ("redis+sentinel://a:1,b:x/toolpool", "bad port 'x' of Sentinel 'b:x'"),
+        ("redis+sentinel://a:70000/toolpool", "bad port '70000' of Sentinel 'a:70000'"),
+        ("redis+sentinel://a:0/toolpool", "bad port '0' of Sentinel 'a:0'"),
+        ("redis+sentinel://a:/toolpool", "bad port '' of Sentinel 'a:'"),
+        ("redis+sentinel://:1/toolpool", "bad Sentinel ':1': no host"),
+        ("redis+sentinel://a/toolpool/x", "bad database 'x' in the path"),
+        ("redis+sentinel://a/toolpool/1/2", "bad database '1/2' in the path"),
+        ("redis+sentinel://a/toolpool/1?db=2", "two databases: 1 in the path, db=2"),
+        ("redis+sentinel://a/t?ssl_ca_certs=/ca.pem", "a TLS option: use rediss://, not redis+"),
+        ("redis+sentinel://a/t?socket_timeout=1", "socket_timeout is not read from the URL"),
+        ("redis://h/0?sentinel_password=pw", "sentinel_password is a Sentinel option: use redis+"),
+        ("rediss://h/0?sentinel_username=u", "sentinel_username is a Sentinel option"),
+        ("unix:///r.sock?sentinel_password=pw", "sentinel_password is a Sentinel option"),
+        ("rediss+sentinel://a/t?ssl_cert_reqs=maybe", "bad ssl_cert_reqs 'maybe'"),
         ("redis://h:abc/0", "bad port 'abc': a number from 1 to 65535"),
         ("redis://h:70000/0", "bad port '70000'"),
         ("redis://h:0/0", "bad port '0'"),
@@ -155,14 +209,31 @@ def test_bad_urls_are_refused_naming_what_is_wrong(url: str, problem: str) -> No
 
 
 def test_a_refused_url_never_shows_its_password() -> None:
-    for url in ("redis://:s3cret@h:x/0", "redis://u:s3cret@h/0?foo=1", "unix://:s3cret@x/r.sock"):
+    for url in (
+        "redis://:s3cret@h:x/0",
+        "redis://u:s3cret@h/0?foo=1",
+        "unix://:s3cret@x/r.sock",
+        "redis+sentinel://:s3cret@a:1,b:x/t",
+    ):
         with pytest.raises(RedisURLError) as caught:
             connect(url, role=STANDARD)
         assert "s3cret" not in str(caught.value)
         assert ":***@" in str(caught.value)
+    with pytest.raises(RedisURLError) as caught:
+        connect("redis+sentinel://a/t/x?sentinel_password=s3cret", role=STANDARD)
+    assert "s3cret" not in str(caught.value)
     settings = RedisSettings.from_url("redis://u:s3cret@h/0")
     assert "s3cret" not in repr(settings)
     assert settings.shown == "redis://u:***@h/0"
+    sentinel = RedisSettings.from_url(
+        "rediss+sentinel://:s3cret@a,b/t/0?sentinel_password=s3cret&ssl_password=s3cret&db=0"
+    )
+    assert "s3cret" not in repr(sentinel)
+    assert sentinel.shown == (
+        "rediss+sentinel://:***@a,b/t/0?sentinel_password=***&ssl_password=***&db=0"
+    )
+    with pytest.raises(AttributeError):
+        sentinel.sentinel_password = "changed"  # type: ignore[misc]
 
 
 def test_a_url_is_parsed_once() -> None:
@@ -289,13 +360,15 @@ def test_the_roles_are_the_documented_values() -> None:
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
 def test_the_scheme_picks_the_connection_class(asynchronous: bool) -> None:
     module: Any = redis.asyncio.connection if asynchronous else redis.connection
+    sentinel: Any = redis.asyncio.sentinel if asynchronous else redis.sentinel
     build = connect_async if asynchronous else connect
 
     def made(url: str) -> Any:
         return build(url, role=STANDARD).connection_pool.make_connection()
 
     tcp = made("redis://u:pw@10.1.2.3:6381/7?client_name=me&health_check_interval=15")
-    assert type(tcp) is module.Connection
+    assert isinstance(tcp, module.Connection)
+    assert not isinstance(tcp, (module.SSLConnection, sentinel.SentinelManagedConnection))
     assert (tcp.host, tcp.port, tcp.db, tcp.username, tcp.password) == (
         "10.1.2.3",
         6381,
@@ -305,12 +378,60 @@ def test_the_scheme_picks_the_connection_class(asynchronous: bool) -> None:
     )
     assert (tcp.client_name, tcp.health_check_interval) == ("me", 15)
     tls = made("rediss://h:6380/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=optional")
-    assert type(tls) is module.SSLConnection
+    assert isinstance(tls, module.SSLConnection)
     assert tls.ca_certs == "/ca.pem"
     assert tls.cert_reqs == ssl.CERT_OPTIONAL
     unix = made("unix://:pw@/tmp/toolpool-test.sock?db=3")
-    assert type(unix) is module.UnixDomainSocketConnection
+    assert isinstance(unix, module.UnixDomainSocketConnection)
     assert (unix.path, unix.db, unix.password) == ("/tmp/toolpool-test.sock", 3, "pw")
+    primary = made("redis+sentinel://u:pw@s1:26380/toolpool/4?client_name=me")
+    assert isinstance(primary, sentinel.SentinelManagedConnection)
+    assert not isinstance(primary, module.SSLConnection)
+    assert (primary.db, primary.username, primary.password, primary.client_name) == (
+        4,
+        "u",
+        "pw",
+        "me",
+    )
+    secure = made("rediss+sentinel://s1/toolpool/0?ssl_ca_certs=/ca.pem")
+    assert isinstance(secure, sentinel.SentinelManagedConnection)
+    assert isinstance(secure, module.SSLConnection)
+    assert secure.ca_certs == "/ca.pem"
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("site", SITES, ids=[site.who for site in SITES])
+def test_the_sentinels_get_the_roles_limits_tls_and_their_own_login(
+    site: Site, asynchronous: bool
+) -> None:
+    url = (
+        "rediss+sentinel://u:pw@s1:26380,s2:26381/toolpool/2?ssl_ca_certs=/ca.pem"
+        "&sentinel_username=watcher&sentinel_password=spw"
+    )
+    build = connect_async if asynchronous else connect
+    pool: Any = build(url, role=site.role).connection_pool
+    plain = _connection(connect(URL, role=site.role))
+    assert _limits(pool.make_connection()) == _limits(plain)
+    assert pool.service_name == "toolpool"
+    sentinels = pool.sentinel_manager.sentinels
+    assert [
+        (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+        for s in sentinels
+    ] == [("s1", 26380), ("s2", 26381)]
+    for client in sentinels:
+        connection = client.connection_pool.make_connection()
+        assert _limits(connection)[:4] == _limits(plain)[:4]
+        assert isinstance(connection, (redis.connection.SSLConnection, redis.asyncio.SSLConnection))
+        assert connection.ca_certs == "/ca.pem"
+        assert (connection.username, connection.password) == ("watcher", "spw")
+
+
+def test_sentinels_without_a_login_of_their_own_get_none() -> None:
+    pool: Any = connect("redis+sentinel://u:pw@s1/toolpool", role=STANDARD).connection_pool
+    (sentinel,) = pool.sentinel_manager.sentinels
+    connection = sentinel.connection_pool.make_connection()
+    assert (connection.username, connection.password) == (None, None)
+    assert not isinstance(connection, redis.connection.SSLConnection)
 
 
 def test_the_sites_build_their_clients_with_their_roles(redis_url: str) -> None:

@@ -1,0 +1,294 @@
+"""Following the Redis primary: every pooled connection dropped when the primary behind a pool
+changes, so that nothing keeps talking to an old one.
+
+A pool of ``executor._connect`` is one of the pools below; its connections are the connection
+classes below. A switch of primary is seen three ways:
+
+- a connection gets a ``READONLY`` reply (its server is a replica now): every idle connection
+  of the pool is closed, the ones in use are closed when they come back, and the command
+  raises ``redis.ConnectionError`` so that every outage path retries it;
+- a new connection reads ``INFO replication`` (one round trip per connection, no more): a
+  server that is a replica is refused with a ``ConnectionError``; a primary whose
+  ``master_replid`` differs from the one the pool knew drops every other connection the same
+  way (a primary endpoint behind a DNS name or a proxy that moved; a restarted Redis);
+- for a Sentinel URL, redis-py asks a Sentinel for the primary's address before every new
+  connection and closes the idle ones when the address changed (``redis.sentinel``).
+
+A server that refuses ``INFO`` (an ACL user without it, a renamed command) is used as before,
+without the replication id check.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.asyncio.sentinel
+import redis.connection
+import redis.sentinel
+from redis.exceptions import ReadOnlyError, ResponseError
+
+
+class PrimaryTracker:
+    """What one pool knows of its primary: its replication id, and a generation that rises at
+    every switch; a connection made in an older generation is closed when it is returned."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.replid: str | None = None
+        self.generation = 0
+        self.switches = 0
+
+    def connected(self, replid: str | None) -> tuple[int, bool]:
+        """A new connection reached a primary with ``replid``: its generation, and whether the
+        primary changed (the other connections are then to be dropped)."""
+        with self._lock:
+            switched = replid is not None and self.replid is not None and replid != self.replid
+            if replid is not None:
+                self.replid = replid
+            if switched:
+                self.generation += 1
+                self.switches += 1
+            return self.generation, switched
+
+    def demoted(self) -> None:
+        """A connection's server answered READONLY: every connection made so far is stale."""
+        with self._lock:
+            self.generation += 1
+            self.switches += 1
+
+
+def replication(info: Any) -> tuple[str | None, str | None]:
+    """``(role, master_replid)`` from an ``INFO replication`` reply (bytes or str)."""
+    text = info.decode("utf-8", "replace") if isinstance(info, bytes) else str(info)
+    fields = dict(line.strip().partition(":")[::2] for line in text.splitlines() if ":" in line)
+    return fields.get("role"), fields.get("master_replid")
+
+
+def _replica_error(connection: Any) -> redis.ConnectionError:
+    return redis.ConnectionError(
+        f"Redis at {connection.host}:{connection.port} is a replica, not the primary"
+    )
+
+
+_DEMOTED = "answered READONLY: it is a replica now; every pooled connection to it is dropped"
+
+
+# -- connections ------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    _SyncBase = redis.connection.Connection
+    _AsyncBase = redis.asyncio.connection.Connection
+else:
+    _SyncBase = _AsyncBase = object
+
+
+class _FollowsPrimary(_SyncBase):
+    """A connection that reads its server's role and replication id once, when it connects."""
+
+    primary: PrimaryTracker | None = None
+    pool_ref: weakref.ReferenceType[Any] | None = None
+    generation = 0
+
+    def on_connect_check_health(self, check_health: bool = True) -> None:
+        super().on_connect_check_health(check_health=check_health)
+        tracker = self.primary
+        if tracker is None:
+            return
+        this: Any = self  # redis-py's sync connection is not annotated
+        this.send_command("INFO", "replication", check_health=False)
+        try:
+            role, replid = replication(self.read_response())
+        except ResponseError:  # INFO refused: nothing to compare
+            role, replid = None, None
+        if role == "slave":
+            raise _replica_error(self)
+        self.generation, switched = tracker.connected(replid)
+        if switched:
+            self._drop_others()
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)
+        except ReadOnlyError:
+            if self.primary is None:
+                raise
+            self.primary.demoted()
+            this: Any = self
+            this.disconnect()
+            self._drop_others()
+            raise redis.ConnectionError(f"Redis at {self.host}:{self.port} {_DEMOTED}") from None
+
+    def _drop_others(self) -> None:
+        pool = self.pool_ref() if self.pool_ref is not None else None
+        if pool is not None:
+            # Idle ones now; the ones in use, this one included, are returned to the pool
+            # marked for a reconnect (FollowingPool.release).
+            pool.disconnect(inuse_connections=False)
+
+
+class _AsyncFollowsPrimary(_AsyncBase):
+    """``_FollowsPrimary`` on ``redis.asyncio``."""
+
+    primary: PrimaryTracker | None = None
+    pool_ref: weakref.ReferenceType[Any] | None = None
+    generation = 0
+
+    async def on_connect_check_health(self, check_health: bool = True) -> None:
+        await super().on_connect_check_health(check_health=check_health)
+        tracker = self.primary
+        if tracker is None:
+            return
+        await self.send_command("INFO", "replication", check_health=False)
+        try:
+            role, replid = replication(await self.read_response())
+        except ResponseError:
+            role, replid = None, None
+        if role == "slave":
+            raise _replica_error(self)
+        self.generation, switched = tracker.connected(replid)
+        if switched:
+            await self._drop_others()
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except ReadOnlyError:
+            if self.primary is None:
+                raise
+            self.primary.demoted()
+            await self.disconnect()
+            await self._drop_others()
+            raise redis.ConnectionError(f"Redis at {self.host}:{self.port} {_DEMOTED}") from None
+
+    async def _drop_others(self) -> None:
+        pool = self.pool_ref() if self.pool_ref is not None else None
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
+
+
+# The mixin comes after redis-py's Sentinel connection, so that the READONLY it turns into a
+# ConnectionError is seen here first, with the pool's other connections still to drop.
+class Connection(_FollowsPrimary, redis.connection.Connection):
+    pass
+
+
+class SSLConnection(_FollowsPrimary, redis.connection.SSLConnection):
+    pass
+
+
+class UnixConnection(_FollowsPrimary, redis.connection.UnixDomainSocketConnection):
+    pass
+
+
+class SentinelConnection(redis.sentinel.SentinelManagedConnection, _FollowsPrimary):
+    pass
+
+
+class SentinelSSLConnection(
+    redis.sentinel.SentinelManagedConnection, _FollowsPrimary, redis.connection.SSLConnection
+):
+    pass
+
+
+class AsyncConnection(_AsyncFollowsPrimary, redis.asyncio.connection.Connection):
+    pass
+
+
+class AsyncSSLConnection(_AsyncFollowsPrimary, redis.asyncio.connection.SSLConnection):
+    pass
+
+
+class AsyncUnixConnection(
+    _AsyncFollowsPrimary, redis.asyncio.connection.UnixDomainSocketConnection
+):
+    pass
+
+
+class AsyncSentinelConnection(
+    redis.asyncio.sentinel.SentinelManagedConnection, _AsyncFollowsPrimary
+):
+    pass
+
+
+class AsyncSentinelSSLConnection(
+    redis.asyncio.sentinel.SentinelManagedConnection,
+    _AsyncFollowsPrimary,
+    redis.asyncio.connection.SSLConnection,
+):
+    pass
+
+
+# -- pools ------------------------------------------------------------------------------------
+
+
+class _FollowingPool(redis.ConnectionPool):
+    """A pool whose connections share one ``PrimaryTracker``; a connection of an older
+    generation is closed as it is returned, so its next command goes to the new primary."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.primary = PrimaryTracker()
+
+    def make_connection(self) -> Any:
+        connection: Any = super().make_connection()
+        connection.primary = self.primary
+        connection.pool_ref = weakref.ref(self)
+        return connection
+
+    def release(self, connection: Any) -> None:
+        if getattr(connection, "generation", 0) != self.primary.generation:
+            connection.mark_for_reconnect()
+        super().release(connection)
+
+
+class FollowingPool(_FollowingPool):
+    """The pool of a ``redis://``, ``rediss://`` or ``unix://`` URL."""
+
+
+class FollowingSentinelPool(_FollowingPool, redis.sentinel.SentinelConnectionPool):
+    """The pool of a ``redis+sentinel://`` URL; closing it closes its Sentinel clients too."""
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        super().disconnect(inuse_connections=inuse_connections)
+        if inuse_connections:  # the client is being closed
+            self.sentinel_manager.close()
+
+
+class _AsyncFollowingPool(redis.asyncio.ConnectionPool):
+    """``_FollowingPool`` on ``redis.asyncio``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.primary = PrimaryTracker()
+
+    def make_connection(self) -> Any:
+        parent: Any = super()  # redis-py's asyncio pool is not annotated here
+        connection = parent.make_connection()
+        connection.primary = self.primary
+        connection.pool_ref = weakref.ref(self)
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        if getattr(connection, "generation", 0) != self.primary.generation:
+            connection.mark_for_reconnect()
+        await super().release(connection)
+
+
+class AsyncFollowingPool(_AsyncFollowingPool):
+    """``FollowingPool`` on ``redis.asyncio``."""
+
+
+class AsyncFollowingSentinelPool(
+    _AsyncFollowingPool, redis.asyncio.sentinel.SentinelConnectionPool
+):
+    """``FollowingSentinelPool`` on ``redis.asyncio``."""
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections=inuse_connections)
+        if inuse_connections:
+            await self.sentinel_manager.aclose()

@@ -45,7 +45,8 @@ TimeoutError; a socket timeout of None waits as long as a blocking command takes
   (RQ raises its socket timeout above its dequeue wait), the reaper, ``toolpool status``,
   ``events`` and ``lock``.
 - ``PROBE`` 3 s / 3 s / 0 — ``toolpool worker`` / ``up`` checking that Redis answers.
-- ``STARTUP_PROBE`` 1 s / 5 s / 0 — the embedded redis-server's readiness PINGs.
+- ``STARTUP_PROBE`` 1 s / 5 s / 0 — the embedded redis-server's readiness PINGs; the one role
+  that does not follow the primary (``Role.follows_primary``).
 
 The seam for another kind of address: a parser in ``_PARSERS`` for its scheme, and a branch in
 ``_pool`` that builds its connection pool; ``connect``, ``connect_async`` and every call site
@@ -165,6 +166,9 @@ class Role:
     socket_timeout: float | None  # None: a blocking command may wait as long as it asks
     connect_timeout: float
     retries: int = 0  # re-sends, at once, after a ConnectionError or TimeoutError
+    # False: a connection may talk to a replica and is not dropped at a switch of primary
+    # (the embedded server's own probe and client, which a test may start as a replica).
+    follows_primary: bool = True
 
     def waiting(self, extra_s: float) -> Role:
         """This role for a client whose commands block up to ``extra_s`` (BLPOP's timeout)."""
@@ -178,7 +182,9 @@ READER = Role("reader", socket_timeout=10.0, connect_timeout=5.0)
 FOLLOWER = Role("follower", socket_timeout=None, connect_timeout=5.0)
 STANDARD = Role("standard", socket_timeout=5.0, connect_timeout=5.0)
 PROBE = Role("probe", socket_timeout=3.0, connect_timeout=3.0)
-STARTUP_PROBE = Role("startup probe", socket_timeout=1.0, connect_timeout=5.0)
+STARTUP_PROBE = Role(
+    "startup probe", socket_timeout=1.0, connect_timeout=5.0, follows_primary=False
+)
 
 
 def lock_roles(lease_ms: int, recheck_s: float) -> tuple[Role, Role]:
@@ -226,6 +232,7 @@ def _pool(
         "password": settings.password,
         "client_name": settings.client_name,
         "health_check_interval": settings.health_check_interval,
+        "follows_primary": role.follows_primary,
         **_limits(role, asynchronous),
     }
     tls = {} if settings.tls is None else settings.tls.kwargs()

@@ -69,10 +69,13 @@ def replication(info: Any) -> tuple[str | None, str | None]:
     return fields.get("role"), fields.get("master_replid")
 
 
+def _where(connection: Any) -> str:
+    path = getattr(connection, "path", None)
+    return str(path) if path else f"{connection.host}:{connection.port}"
+
+
 def _replica_error(connection: Any) -> redis.ConnectionError:
-    return redis.ConnectionError(
-        f"Redis at {connection.host}:{connection.port} is a replica, not the primary"
-    )
+    return redis.ConnectionError(f"Redis at {_where(connection)} is a replica, not the primary")
 
 
 _DEMOTED = "answered READONLY: it is a replica now; every pooled connection to it is dropped"
@@ -121,7 +124,7 @@ class _FollowsPrimary(_SyncBase):
             this: Any = self
             this.disconnect()
             self._drop_others()
-            raise redis.ConnectionError(f"Redis at {self.host}:{self.port} {_DEMOTED}") from None
+            raise redis.ConnectionError(f"Redis at {_where(self)} {_DEMOTED}") from None
 
     def _drop_others(self) -> None:
         pool = self.pool_ref() if self.pool_ref is not None else None
@@ -163,7 +166,7 @@ class _AsyncFollowsPrimary(_AsyncBase):
             self.primary.demoted()
             await self.disconnect()
             await self._drop_others()
-            raise redis.ConnectionError(f"Redis at {self.host}:{self.port} {_DEMOTED}") from None
+            raise redis.ConnectionError(f"Redis at {_where(self)} {_DEMOTED}") from None
 
     async def _drop_others(self) -> None:
         pool = self.pool_ref() if self.pool_ref is not None else None
@@ -230,9 +233,9 @@ class _FollowingPool(redis.ConnectionPool):
     """A pool whose connections share one ``PrimaryTracker``; a connection of an older
     generation is closed as it is returned, so its next command goes to the new primary."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, follows_primary: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.primary = PrimaryTracker()
+        self.primary = PrimaryTracker() if follows_primary else None
 
     def make_connection(self) -> Any:
         connection: Any = super().make_connection()
@@ -241,7 +244,7 @@ class _FollowingPool(redis.ConnectionPool):
         return connection
 
     def release(self, connection: Any) -> None:
-        if getattr(connection, "generation", 0) != self.primary.generation:
+        if self.primary is not None and connection.generation != self.primary.generation:
             connection.mark_for_reconnect()
         super().release(connection)
 
@@ -262,9 +265,9 @@ class FollowingSentinelPool(_FollowingPool, redis.sentinel.SentinelConnectionPoo
 class _AsyncFollowingPool(redis.asyncio.ConnectionPool):
     """``_FollowingPool`` on ``redis.asyncio``."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, follows_primary: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.primary = PrimaryTracker()
+        self.primary = PrimaryTracker() if follows_primary else None
 
     def make_connection(self) -> Any:
         parent: Any = super()  # redis-py's asyncio pool is not annotated here
@@ -274,7 +277,7 @@ class _AsyncFollowingPool(redis.asyncio.ConnectionPool):
         return connection
 
     async def release(self, connection: Any) -> None:
-        if getattr(connection, "generation", 0) != self.primary.generation:
+        if self.primary is not None and connection.generation != self.primary.generation:
             connection.mark_for_reconnect()
         await super().release(connection)
 

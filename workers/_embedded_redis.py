@@ -124,7 +124,8 @@ class RedisServer:
         self, *, socket_timeout: float | None = 5.0, connect_timeout: float = 5.0, retries: int = 1
     ) -> redis.Redis:
         """A client for this server on its unix socket (``retries``: immediate re-sends)."""
-        role = Role("embedded", socket_timeout, connect_timeout, retries)
+        # Not following a primary: a test may start this server as a replica.
+        role = Role("embedded", socket_timeout, connect_timeout, retries, follows_primary=False)
         return connect(self.url, role=role)
 
     # -- life cycle --------------------------------------------------------------------------

@@ -323,6 +323,20 @@ def _sentinel_pool(
             ),
             **options,
         )
+    # The listener's Sentinel clients wait on a subscription: no socket timeout; always sync.
+    listener_options = {**sentinel_options, **_limits(role, asynchronous=False)}
+    listener_options["socket_timeout"] = None
+    key = (settings.sentinels, settings.sentinel_username, settings.sentinel_password, settings.tls)
+
+    def listener_clients() -> list[redis.Redis]:
+        manager_class: Any = redis.sentinel.Sentinel
+        return list(manager_class(addresses, sentinel_kwargs=listener_options).sentinels)
+
+    if role.follows_primary:
+        follower: Any = pool
+        follower.on_first_connection = functools.partial(
+            _primary.SwitchListener.watch, key, str(settings.service), pool, listener_clients
+        )
     return pool
 
 

@@ -12,7 +12,10 @@ classes below. A switch of primary is seen three ways:
   ``master_replid`` differs from the one the pool knew drops every other connection the same
   way (a primary endpoint behind a DNS name or a proxy that moved; a restarted Redis);
 - for a Sentinel URL, redis-py asks a Sentinel for the primary's address before every new
-  connection and closes the idle ones when the address changed (``redis.sentinel``).
+  connection and closes the idle ones when the address changed (``redis.sentinel``); and one
+  thread per process and set of Sentinels (``SwitchListener``) waits on a Sentinel for
+  ``+switch-master``: every pool of that service closes its idle connections, and each one
+  in use is closed as it is returned or checked out again. At idle it is one blocked read.
 
 A server that refuses ``INFO`` (an ACL user without it, a renamed command) is used as before,
 without the replication id check.
@@ -20,8 +23,10 @@ without the replication id check.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -30,7 +35,9 @@ import redis.asyncio.connection
 import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+
+log = logging.getLogger("executor.redis")
 
 
 class PrimaryTracker:
@@ -56,10 +63,15 @@ class PrimaryTracker:
             return self.generation, switched
 
     def demoted(self) -> None:
-        """A connection's server answered READONLY: every connection made so far is stale."""
+        """A connection's server answered READONLY, or Sentinel announced a new primary: every
+        connection made so far is stale, and the next one learns the new replication id."""
         with self._lock:
             self.generation += 1
             self.switches += 1
+            self.replid = None
+
+    def is_stale(self, connection: Any) -> bool:
+        return bool(connection.generation != self.generation)
 
 
 def replication(info: Any) -> tuple[str | None, str | None]:
@@ -76,6 +88,11 @@ def _where(connection: Any) -> str:
 
 def _replica_error(connection: Any) -> redis.ConnectionError:
     return redis.ConnectionError(f"Redis at {_where(connection)} is a replica, not the primary")
+
+
+def _readonly(error: BaseException) -> bool:
+    # redis-py's Sentinel connection turns a READONLY reply into a ConnectionError of its own.
+    return isinstance(error, ReadOnlyError) or isinstance(error.__context__, ReadOnlyError)
 
 
 _DEMOTED = "answered READONLY: it is a replica now; every pooled connection to it is dropped"
@@ -117,8 +134,8 @@ class _FollowsPrimary(_SyncBase):
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)
-        except ReadOnlyError:
-            if self.primary is None:
+        except (ReadOnlyError, redis.ConnectionError) as error:
+            if self.primary is None or not _readonly(error):
                 raise
             self.primary.demoted()
             this: Any = self
@@ -160,8 +177,8 @@ class _AsyncFollowsPrimary(_AsyncBase):
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)
-        except ReadOnlyError:
-            if self.primary is None:
+        except (ReadOnlyError, redis.ConnectionError) as error:
+            if self.primary is None or not _readonly(error):
                 raise
             self.primary.demoted()
             await self.disconnect()
@@ -174,8 +191,6 @@ class _AsyncFollowsPrimary(_AsyncBase):
             await pool.disconnect(inuse_connections=False)
 
 
-# The mixin comes after redis-py's Sentinel connection, so that the READONLY it turns into a
-# ConnectionError is seen here first, with the pool's other connections still to drop.
 class Connection(_FollowsPrimary, redis.connection.Connection):
     pass
 
@@ -188,13 +203,11 @@ class UnixConnection(_FollowsPrimary, redis.connection.UnixDomainSocketConnectio
     pass
 
 
-class SentinelConnection(redis.sentinel.SentinelManagedConnection, _FollowsPrimary):
+class SentinelConnection(_FollowsPrimary, redis.sentinel.SentinelManagedConnection):
     pass
 
 
-class SentinelSSLConnection(
-    redis.sentinel.SentinelManagedConnection, _FollowsPrimary, redis.connection.SSLConnection
-):
+class SentinelSSLConnection(_FollowsPrimary, redis.sentinel.SentinelManagedSSLConnection):
     pass
 
 
@@ -213,15 +226,13 @@ class AsyncUnixConnection(
 
 
 class AsyncSentinelConnection(
-    redis.asyncio.sentinel.SentinelManagedConnection, _AsyncFollowsPrimary
+    _AsyncFollowsPrimary, redis.asyncio.sentinel.SentinelManagedConnection
 ):
     pass
 
 
 class AsyncSentinelSSLConnection(
-    redis.asyncio.sentinel.SentinelManagedConnection,
-    _AsyncFollowsPrimary,
-    redis.asyncio.connection.SSLConnection,
+    _AsyncFollowsPrimary, redis.asyncio.sentinel.SentinelManagedSSLConnection
 ):
     pass
 
@@ -237,14 +248,33 @@ class _FollowingPool(redis.ConnectionPool):
         super().__init__(*args, **kwargs)
         self.primary = PrimaryTracker() if follows_primary else None
 
+    # Called once, as the first connection is made (a Sentinel pool starts listening then).
+    on_first_connection: Callable[[], None] | None = None
+
     def make_connection(self) -> Any:
+        start, self.on_first_connection = self.on_first_connection, None
+        if start is not None:
+            start()
         connection: Any = super().make_connection()
         connection.primary = self.primary
         connection.pool_ref = weakref.ref(self)
         return connection
 
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        parent: Any = super()  # redis-py's sync pool is not annotated
+        connection = parent.get_connection(*args, **kwargs)
+        if self.primary is not None and self.primary.is_stale(connection):
+            # Made before a switch that Sentinel announced: reconnect, to the new primary.
+            try:
+                connection.disconnect()
+                connection.connect()
+            except BaseException:
+                self.release(connection)
+                raise
+        return connection
+
     def release(self, connection: Any) -> None:
-        if self.primary is not None and connection.generation != self.primary.generation:
+        if self.primary is not None and self.primary.is_stale(connection):
             connection.mark_for_reconnect()
         super().release(connection)
 
@@ -269,15 +299,32 @@ class _AsyncFollowingPool(redis.asyncio.ConnectionPool):
         super().__init__(*args, **kwargs)
         self.primary = PrimaryTracker() if follows_primary else None
 
+    on_first_connection: Callable[[], None] | None = None
+
     def make_connection(self) -> Any:
+        start, self.on_first_connection = self.on_first_connection, None
+        if start is not None:
+            start()
         parent: Any = super()  # redis-py's asyncio pool is not annotated here
         connection = parent.make_connection()
         connection.primary = self.primary
         connection.pool_ref = weakref.ref(self)
         return connection
 
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        parent: Any = super()
+        connection = await parent.get_connection(*args, **kwargs)
+        if self.primary is not None and self.primary.is_stale(connection):
+            try:
+                await connection.disconnect()
+                await connection.connect()
+            except BaseException:
+                await self.release(connection)
+                raise
+        return connection
+
     async def release(self, connection: Any) -> None:
-        if self.primary is not None and connection.generation != self.primary.generation:
+        if self.primary is not None and self.primary.is_stale(connection):
             connection.mark_for_reconnect()
         await super().release(connection)
 
@@ -295,3 +342,104 @@ class AsyncFollowingSentinelPool(
         await super().disconnect(inuse_connections=inuse_connections)
         if inuse_connections:
             await self.sentinel_manager.aclose()
+
+
+# -- Sentinel's announcements -----------------------------------------------------------------
+
+# After every Sentinel failed, the next round of attempts waits this long.
+_RETRY_S = 1.0
+_SWITCH = "+switch-master"
+
+
+class SwitchListener:
+    """One thread per process and set of Sentinels, subscribed to ``+switch-master`` on one of
+    them; it tells every pool of the announced service that its primary changed.
+
+    After (re)subscribing it asks for the primary's address, so a switch announced while it
+    was not listening is not missed. It ends once no pool it serves is left.
+    """
+
+    def __init__(self, sentinels: list[redis.Redis]) -> None:
+        self._sentinels = sentinels
+        self._lock = threading.Lock()
+        self._pools: dict[str, weakref.WeakSet[Any]] = {}
+        self._addresses: dict[str, tuple[str, int]] = {}
+        self._thread = threading.Thread(target=self._run, name="toolpool-sentinel", daemon=True)
+
+    @classmethod
+    def watch(
+        cls, key: Hashable, service: str, pool: Any, sentinels: Callable[[], list[redis.Redis]]
+    ) -> None:
+        """Tell ``pool`` (a following Sentinel pool) of every switch of ``service``'s primary;
+        ``sentinels()`` builds the listener's clients, once per ``key`` and process."""
+        with _LISTENERS_LOCK:
+            listener = _LISTENERS.get(key)
+            if listener is None or not listener._thread.is_alive():  # none yet, or forked
+                listener = cls(sentinels())
+                _LISTENERS[key] = listener
+                listener._add(service, pool)
+                listener._thread.start()
+            else:
+                listener._add(service, pool)
+
+    def _add(self, service: str, pool: Any) -> None:
+        with self._lock:
+            self._pools.setdefault(service, weakref.WeakSet()).add(pool)
+
+    def _serving(self) -> bool:
+        with self._lock:
+            return any(len(pools) for pools in self._pools.values())
+
+    def _run(self) -> None:
+        while self._serving():
+            for sentinel in self._sentinels:
+                try:
+                    self._listen(sentinel)
+                except RedisError as error:
+                    log.debug("Sentinel listener: %s", error)
+                if not self._serving():
+                    return
+            threading.Event().wait(_RETRY_S)
+
+    def _listen(self, sentinel: redis.Redis) -> None:
+        client: Any = sentinel  # redis-py's sync client is not annotated
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        try:
+            pubsub.subscribe(_SWITCH)
+            with self._lock:
+                services = list(self._pools)
+            for service in services:
+                address: Any = sentinel.sentinel_get_master_addr_by_name(service)
+                if address:
+                    self._seen(service, (str(address[0]), int(address[1])))
+            for message in pubsub.listen():
+                fields = _text(message.get("data")).split()
+                if message.get("type") == "message" and len(fields) == 5:
+                    self._seen(fields[0], (fields[3], int(fields[4])))
+                if not self._serving():
+                    return
+        finally:
+            pubsub.close()
+
+    def _seen(self, service: str, address: tuple[str, int]) -> None:
+        with self._lock:
+            before = self._addresses.get(service)
+            self._addresses[service] = address
+            pools = list(self._pools.get(service, ()))
+        if before is None or before == address:
+            return
+        for pool in pools:
+            if pool.primary is not None:
+                pool.primary.demoted()
+            if isinstance(pool, redis.ConnectionPool):
+                pool.disconnect(inuse_connections=False)
+            # An asyncio pool lives on its own loop: its connections are closed as they are
+            # checked out (is_stale) or returned.
+
+
+_LISTENERS: dict[Hashable, SwitchListener] = {}
+_LISTENERS_LOCK = threading.Lock()
+
+
+def _text(data: Any) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data or "")

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor import ConfigurationError
+from executor import ConfigurationError, _primary
 from executor._connect import (
     FOLLOWER,
     ORCHESTRATOR,
@@ -694,3 +694,27 @@ def test_no_module_builds_a_redis_client_but_the_factory() -> None:
     assert found == [], "build Redis clients with executor._connect.connect():\n" + "\n".join(found)
     # And the factory does build them.
     assert client_constructions(FACTORY.read_text())
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://h/0",
+        "rediss://h/0",
+        "unix:///tmp/r.sock",
+        "redis+sentinel://s1/toolpool",
+        "rediss+sentinel://s1/toolpool",
+    ],
+)
+def test_every_connection_reads_its_primary_before_redis_pys_own_code(
+    url: str, asynchronous: bool
+) -> None:
+    """The hooks that follow the primary come first in each connection class's order, so
+    redis-py's own connect and READONLY handling (the Sentinel one's too) cannot skip them."""
+    build = connect_async if asynchronous else connect
+    connection_class: Any = build(url, role=STANDARD).connection_pool.connection_class
+    mixin = _primary._AsyncFollowsPrimary if asynchronous else _primary._FollowsPrimary
+    assert connection_class.__mro__[1] is mixin
+    for name in ("on_connect_check_health", "read_response"):
+        assert getattr(connection_class, name) is getattr(mixin, name)

@@ -23,6 +23,7 @@ import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.connection
 import redis.sentinel
+import rq.worker
 from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -43,6 +44,7 @@ from executor._connect import (
     connect_async,
     lock_roles,
 )
+from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor._settings import shown_url
 from executor.cli import main
 from executor.client import Executor
@@ -718,3 +720,29 @@ def test_every_connection_reads_its_primary_before_redis_pys_own_code(
     assert connection_class.__mro__[1] is mixin
     for name in ("on_connect_check_health", "read_response"):
         assert getattr(connection_class, name) is getattr(mixin, name)
+
+
+# RQ's parts that rebuild a client from ``connection_pool.connection_kwargs`` in another
+# process: a Sentinel pool's kwargs hold its Sentinel manager, which does not cross over.
+_REBUILDS = (
+    "worker_pool",
+    "SpawnWorker",
+    "parse_connection",
+    "get_connection_kwargs",
+    "RQScheduler",
+    "with_scheduler",
+)
+
+
+def test_no_rq_part_rebuilds_a_connection_from_its_pool_kwargs() -> None:
+    files = sorted([*(ROOT / "executor").rglob("*.py"), *(ROOT / "workers").rglob("*.py")])
+    found = [
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in files
+        for name in _REBUILDS
+        if name in path.read_text()
+    ]
+    assert found == []
+    # The forking worker forks (the work horse keeps the parent's pool); neither one spawns.
+    for worker in (ToolpoolWorker, ToolpoolForkingWorker):
+        assert not issubclass(worker, rq.worker.SpawnWorker)

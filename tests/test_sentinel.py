@@ -168,8 +168,9 @@ def test_sentinels_with_a_password_of_their_own(tmp_path: Path) -> None:
             bad.close()
 
 
+@pytest.mark.parametrize("fork", [False, True], ids=["simple", "fork"])
 def test_a_worker_pool_on_a_sentinel_url_serves_calls_across_a_failover(
-    ha: RedisHA, tmp_path: Path
+    ha: RedisHA, tmp_path: Path, fork: bool
 ) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -178,6 +179,8 @@ def test_a_worker_pool_on_a_sentinel_url_serves_calls_across_a_failover(
     log = tmp_path / "pool.log"
     argv = [sys.executable, "-m", "workers.cli", "worker", "--redis", ha.url(db=0)]
     argv += ["--workspace", str(workspace), "-n", "2", "--grace", "5"]
+    if fork:  # each call in a forked work horse, on the pool it inherited
+        argv.append("--fork")
     with log.open("ab") as output:
         process = subprocess.Popen(
             argv,

@@ -25,8 +25,9 @@ Sentinels' own login (the URL's USER and PASSWORD are the Redis servers'; withou
 options the Sentinels are asked without one). Timeouts are not read from the URL: each role
 sets its own, below, on the Sentinel connections as on the servers'.
 
-Every pool follows the primary (``executor/_primary.py``): a ``READONLY`` reply or a new
-primary seen by a new connection closes the pool's other connections.
+Every pool follows the primary (``executor/_primary.py``, docs/failover.md): a ``READONLY``
+reply, a new primary seen by a new connection, or Sentinel's ``+switch-master`` closes the
+pool's connections to the old one.
 
 Roles (socket timeout / connect timeout / immediate retries after a ConnectionError or
 TimeoutError; a socket timeout of None waits as long as a blocking command takes):

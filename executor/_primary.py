@@ -355,15 +355,17 @@ class SwitchListener:
     """One thread per process and set of Sentinels, subscribed to ``+switch-master`` on one of
     them; it tells every pool of the announced service that its primary changed.
 
-    After (re)subscribing it asks for the primary's address, so a switch announced while it
-    was not listening is not missed. It ends once no pool it serves is left.
+    A pool is told when the announced address is not the one redis-py last connected it to.
+    After (re)subscribing the listener asks for the primary's address, so a switch announced
+    while it was not listening is not missed. It ends once no pool it serves is left (at its
+    next message or reconnect). A Sentinel that stops answering without closing the connection
+    leaves it waiting; the other checks (READONLY, the replication id) still apply.
     """
 
     def __init__(self, sentinels: list[redis.Redis]) -> None:
         self._sentinels = sentinels
         self._lock = threading.Lock()
         self._pools: dict[str, weakref.WeakSet[Any]] = {}
-        self._addresses: dict[str, tuple[str, int]] = {}
         self._thread = threading.Thread(target=self._run, name="toolpool-sentinel", daemon=True)
 
     @classmethod
@@ -423,12 +425,12 @@ class SwitchListener:
 
     def _seen(self, service: str, address: tuple[str, int]) -> None:
         with self._lock:
-            before = self._addresses.get(service)
-            self._addresses[service] = address
             pools = list(self._pools.get(service, ()))
-        if before is None or before == address:
-            return
         for pool in pools:
+            # The address redis-py last connected this pool to; None: no connection yet.
+            known = pool.master_address
+            if known is None or (str(known[0]), int(known[1])) == address:
+                continue
             if pool.primary is not None:
                 pool.primary.demoted()
             if isinstance(pool, redis.ConnectionPool):

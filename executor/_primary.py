@@ -413,7 +413,7 @@ class SwitchListener:
             for service in services:
                 address: Any = sentinel.sentinel_get_master_addr_by_name(service)
                 if address:
-                    self._seen(service, (str(address[0]), int(address[1])))
+                    self._seen(service, (_text(address[0]), int(address[1])))
             for message in pubsub.listen():
                 fields = _text(message.get("data")).split()
                 if message.get("type") == "message" and len(fields) == 5:
@@ -429,7 +429,7 @@ class SwitchListener:
         for pool in pools:
             # The address redis-py last connected this pool to; None: no connection yet.
             known = pool.master_address
-            if known is None or (str(known[0]), int(known[1])) == address:
+            if known is None or (_text(known[0]), int(known[1])) == address:
                 continue
             if pool.primary is not None:
                 pool.primary.demoted()

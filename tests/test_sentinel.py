@@ -94,6 +94,7 @@ def test_a_sync_client_follows_the_primary(ha: RedisHA, fault: str) -> None:
         client.set("before", "1")
         old = ha.primary_port
         wait_for(lambda: _ours(ha, old, name) == 3, "three connections to the primary")
+        assert pool.primary.switches == 0  # no switch told before there is one
         FAULTS[fault](ha)
         ha.refresh()
         assert ha.primary_port != old

@@ -397,7 +397,7 @@ class SwitchListener:
             for sentinel in self._sentinels:
                 try:
                     self._listen(sentinel)
-                except RedisError as error:
+                except (RedisError, OSError, ValueError) as error:  # next Sentinel
                     log.debug("Sentinel listener: %s", error)
                 if not self._serving():
                     return

@@ -52,6 +52,7 @@ from executor.lock import RWLock
 from tests.support.ports import free_port
 from tests.support.tls import make_certificates, tls_server_args
 from workers._embedded_redis import RedisServer
+from workers.cli import up_command, worker_command
 
 ROOT = Path(__file__).resolve().parent.parent
 # Characters a URL must percent-encode, so that decoding the credentials is tested too.
@@ -746,3 +747,18 @@ def test_no_rq_part_rebuilds_a_connection_from_its_pool_kwargs() -> None:
     # The forking worker forks (the work horse keeps the parent's pool); neither one spawns.
     for worker in (ToolpoolWorker, ToolpoolForkingWorker):
         assert not issubclass(worker, rq.worker.SpawnWorker)
+
+
+@pytest.mark.parametrize("command", ["worker", "up"])
+def test_worker_and_up_take_a_sentinel_url_and_say_when_no_primary_answers(
+    command: str, tmp_path: Path
+) -> None:
+    env: dict[str, str | None] = {name: None for name in os.environ if name.startswith("TOOLPOOL_")}
+    url = f"redis+sentinel://:s3cret@127.0.0.1:{free_port()}/toolpool/0"
+    cli = worker_command if command == "worker" else up_command
+    result = CliRunner().invoke(cli, ["--redis", url, "--workspace", str(tmp_path)], env=env)
+    assert result.exit_code == 1, result.output
+    # Not the embedded server: the URL is used, and the Sentinels' answer is reported.
+    assert "redis+sentinel://:***@127.0.0.1:" in result.output
+    assert "does not answer (No master found for 'toolpool'" in result.output
+    assert "s3cret" not in result.output

@@ -4,7 +4,8 @@ changes, so that nothing keeps talking to an old one.
 A pool of ``executor._connect`` is one of the pools below; its connections are the connection
 classes below. A switch of primary is seen three ways:
 
-- a connection gets a ``READONLY`` reply (its server is a replica now): every idle connection
+- a connection gets a ``READONLY`` reply, or a blocked command's ``UNBLOCKED`` one (its server
+  is a replica now): every idle connection
   of the pool is closed, the ones in use are closed when they come back, and the command
   raises ``redis.ConnectionError`` so that every outage path retries it;
 - a new connection reads ``INFO replication`` (one round trip per connection, no more): a
@@ -122,8 +123,13 @@ def _replica_error(connection: Any) -> redis.ConnectionError:
 
 
 def _readonly(error: BaseException) -> bool:
-    # redis-py's Sentinel connection turns a READONLY reply into a ConnectionError of its own.
-    return isinstance(error, ReadOnlyError) or isinstance(error.__context__, ReadOnlyError)
+    """A reply saying the server is a replica now: READONLY (which redis-py's Sentinel
+    connection turns into a ConnectionError of its own), or the UNBLOCKED error a blocked
+    command (a worker's BLMOVE) gets when its primary is demoted under it."""
+    if isinstance(error, ReadOnlyError) or isinstance(error.__context__, ReadOnlyError):
+        return True
+    text = str(error)
+    return isinstance(error, ResponseError) and text.startswith("UNBLOCKED") and "replica" in text
 
 
 _DEMOTED = "answered READONLY: it is a replica now; every pooled connection to it is dropped"
@@ -165,7 +171,7 @@ class _FollowsPrimary(_SyncBase):
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().read_response(*args, **kwargs)
-        except (ReadOnlyError, redis.ConnectionError) as error:
+        except (ResponseError, redis.ConnectionError) as error:
             if self.primary is None or not _readonly(error):
                 raise
             self.primary.demoted()
@@ -208,7 +214,7 @@ class _AsyncFollowsPrimary(_AsyncBase):
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)
-        except (ReadOnlyError, redis.ConnectionError) as error:
+        except (ResponseError, redis.ConnectionError) as error:
             if self.primary is None or not _readonly(error):
                 raise
             self.primary.demoted()

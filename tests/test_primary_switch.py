@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import redis
 
 from executor._connect import ORCHESTRATOR, STANDARD, connect, connect_async
 from tests.support.fault.proxy import TcpProxy
-from tests.support.waiting import wait_for
+from tests.support.waiting import PATIENCE_S, wait_for
 from workers._embedded_redis import RedisServer
 
 pytestmark = pytest.mark.proof
@@ -201,6 +202,36 @@ def test_a_readonly_reply_drops_the_pool_and_is_an_outage(
             await client.aclose()
 
     asyncio.run(run())
+
+
+def test_a_blocked_command_on_a_demoted_primary_is_an_outage(pair: Pair, proxy: TcpProxy) -> None:
+    """A worker's BLMOVE waiting on the primary when it is demoted gets UNBLOCKED: taken as
+    READONLY is, so the dequeue's outage path reconnects instead of failing on a reply."""
+    name = _name()
+    client = connect(f"{proxy.url}/0?client_name={name}", role=STANDARD.waiting(30.0))
+    pool: Any = client.connection_pool
+    for connection in [pool.get_connection(), pool.get_connection()]:
+        pool.release(connection)  # one for the BLMOVE, one idle beside it
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            client.blmove("q", "q2", 25)
+        except BaseException as error:  # what the waiter got is the oracle
+            outcome.append(error)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    wait_for(lambda: any(c.get("cmd") == "blmove" for c in pair.raw_primary.client_list()))
+    pair.demote_primary()
+    waiter.join(timeout=PATIENCE_S)
+    assert not waiter.is_alive()
+    [error] = outcome
+    assert isinstance(error, redis.ConnectionError), repr(error)
+    assert "replica" in str(error)
+    assert pool.primary.switches == 1
+    wait_for(lambda: pair.ours(pair.raw_primary, name) == 0, "the idle one dropped too")
+    client.close()
 
 
 def test_a_replica_is_refused_as_the_primary(pair: Pair) -> None:

@@ -33,3 +33,4 @@ def test_the_entry_is_written_again_when_the_primary_switches() -> None:
             publisher.stop()
         _primary.PrimaryTracker().demoted()
         assert read_entries(client, keys) == []  # withdrawn, and not written again
+        client.close()

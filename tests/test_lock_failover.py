@@ -42,14 +42,27 @@ def keeper() -> Iterator[LeaseKeeper]:
     own.close()
 
 
+_LOCKS: list[RWLock] = []
+
+
 def _lock(url: str, keeper: LeaseKeeper, replicas: int = 1) -> RWLock:
+    """A lock with clients of its own, closed at the end of the module's test."""
     acks = Acks(replicas=replicas, wait_ms=200, marker=Keys().ack_marker)
-    return RWLock.from_url(url, lease_ms=LEASE_MS, recheck_s=0.2, keeper=keeper, acks=acks)
+    lock = RWLock.from_url(url, lease_ms=LEASE_MS, recheck_s=0.2, keeper=keeper, acks=acks)
+    _LOCKS.append(lock)
+    return lock
+
+
+@pytest.fixture(autouse=True)
+def _close_locks() -> Iterator[None]:
+    yield
+    while _LOCKS:
+        _LOCKS.pop().close()
 
 
 def test_confirm_and_scripts_fail_loudly_while_no_replica_acknowledges(pair: Pair) -> None:
     acks = Acks(replicas=1, wait_ms=100, marker=Keys().ack_marker)
-    client = pair.primary.client()
+    client = pair.client(pair.primary)
     acks.confirm(client, "a test write")  # the replica is up: acknowledged
     with pair.replica_paused(), pytest.raises(NotAcknowledged) as raised:
         acks.confirm(client, "a test write")
@@ -82,7 +95,7 @@ def test_renewals_no_replica_acknowledged_do_not_extend_the_lease(
         paused_at = time.monotonic()
         assert lease.lost_event.wait(LEASE_MS / 1000 * 10), "the lease was never declared lost"
         # The primary itself renewed it meanwhile: only the missing acknowledgements ended it.
-        holders = RWLock(pair.primary.client()).status().holders
+        holders = RWLock(pair.client(pair.primary)).status().holders
         assert [h.token for h in holders] == [lease.token]
     assert lost_at
     assert lost_at[0] - paused_at <= LEASE_MS / 1000 + 5.0
@@ -97,12 +110,14 @@ def test_after_a_promotion_old_holders_are_lost_and_fences_rise(
     # The old primary's epoch far ahead of any clock (as if its clock were hours ahead).
     old.status()  # a first script: the epoch hash exists
     keys = Keys().lock("global")
-    pair.primary.client().hset(keys.epoch, "epoch", fence_parts(old.status().last_fence)[0] + 10**6)
+    pair.client(pair.primary).hset(
+        keys.epoch, "epoch", fence_parts(old.status().last_fence)[0] + 10**6
+    )
     held = old.acquire(EXCLUSIVE, timeout=5.0, keep_alive=False)
     assert held.fence is not None
     pair.wait_synced()
 
-    new_client = pair.promote()
+    pair.promote()
     new = _lock(pair.replica.url, keeper, replicas=0)
     # The grant was acknowledged, so the new primary knows it: nobody else may enter...
     with pytest.raises(LockTimeout):
@@ -130,7 +145,6 @@ def test_after_a_promotion_old_holders_are_lost_and_fences_rise(
     assert lease.fence > held.fence
     assert fence_parts(lease.fence)[0] == fence_parts(held.fence)[0] + 1
     lease.release()
-    new_client.close()
 
 
 def test_a_stale_holder_stops_blocking_within_a_lease_of_the_promotion(

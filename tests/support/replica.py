@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -20,13 +20,26 @@ class Pair:
 
     primary: RedisServer
     replica: RedisServer
+    _clients: dict[str, redis.Redis] = field(default_factory=dict)
+
+    def client(self, server: RedisServer) -> redis.Redis:
+        """One test client per server, closed with the pair."""
+        found = self._clients.get(server.url)
+        if found is None:
+            found = self._clients[server.url] = server.client()
+        return found
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
 
     def synced(self) -> bool:
         """Whether the replica is linked and has every write the primary made."""
-        info = self.replica.client().info("replication")
+        info = self.client(self.replica).info("replication")
         if info.get("master_link_status") != "up":
             return False
-        offset = self.primary.client().info("replication")["master_repl_offset"]
+        offset = self.client(self.primary).info("replication")["master_repl_offset"]
         return int(info.get("slave_repl_offset", -1)) >= int(offset)
 
     def wait_synced(self) -> None:
@@ -43,7 +56,7 @@ class Pair:
 
     def promote(self) -> redis.Redis:
         """The replica made a primary (a new replication id); a client to it."""
-        client = self.replica.client()
+        client = self.client(self.replica)
         client.replicaof("NO", "ONE")
         wait_for(lambda: client.info("replication")["role"] == "master", what="the promotion")
         return client
@@ -57,5 +70,8 @@ def primary_and_replica() -> Iterator[Pair]:
         args = ("--replicaof", "127.0.0.1", str(primary.port))
         with RedisServer(tcp=True, extra_args=args) as replica:
             pair = Pair(primary, replica)
-            pair.wait_synced()
-            yield pair
+            try:
+                pair.wait_synced()
+                yield pair
+            finally:
+                pair.close()

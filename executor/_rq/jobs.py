@@ -225,6 +225,12 @@ def started_by(queue: Queue, worker_name: str) -> list[Execution]:
     return found
 
 
+def started_jobs(queue: Queue) -> list[str]:
+    """Every job RQ records as started on ``queue`` (its ``StartedJobRegistry``, no cleanup)."""
+    ids = queue.started_job_registry.get_job_ids(cleanup=False)
+    return list(dict.fromkeys(as_text(raw) for raw in ids))
+
+
 def dequeued_not_started(queue: Queue) -> list[str]:
     """Jobs a worker took off ``queue`` (RQ 3 moves them to an intermediate list) that no
     execution in the ``StartedJobRegistry`` runs yet, in the list's order."""

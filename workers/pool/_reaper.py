@@ -42,6 +42,7 @@ from executor._rq.jobs import (
     other_live_workers,
     requeue_dequeued,
     started_by,
+    started_jobs,
     worker_key,
     worker_queue_names,
 )
@@ -281,6 +282,9 @@ class Reaper:
         no execution for longer than the grace has lost its worker. Should that worker still
         start it, the run's claim (see ``workers.pipeline._runtime``) keeps the call from
         running twice.
+
+        It also ends the jobs RQ still shows started although their call is answered and no
+        worker runs it, seen so for longer than the grace (``_end_answered``).
         """
         now = time.monotonic()
         why = f"no worker started it within {self._grace:g} s of its dequeue"
@@ -291,7 +295,30 @@ class Reaper:
             for rq_job_id in waiting:
                 if now - seen[rq_job_id] >= self._grace:
                     self._requeue(None, queue, rq_job_id, why)
+            started = [f"started:{job}" for job in started_jobs(queue)]
+            seen.update({job: self._first_seen.get(job, now) for job in started})
+            for marked in started:
+                if now - seen[marked] >= self._grace:
+                    self._end_answered(marked.removeprefix("started:"))
         self._first_seen = seen
+
+    def _end_answered(self, rq_job_id: str) -> None:
+        """End a job RQ still records as started although its call is answered and nobody
+        runs it (no liveness key). Its worker stored the result, then RQ's own record of
+        the job's end was lost: a failover that dropped the old primary's last writes, or
+        Redis gone at that moment. Nothing about the call changes; RQ stops showing it."""
+        job = fetch_job(self._client, rq_job_id)
+        call = None if job is None else call_of(job)
+        if call is None or self._results.get(call.call.id) is None:
+            return
+        if self._client.exists(self._keys.running(call.call.id)):
+            return  # a delivery of it runs (or a duplicate waits on the first)
+        if end_job(self._client, rq_job_id):
+            log.warning(
+                "toolpool: ended RQ job %s: its call %s is answered and no worker runs it",
+                rq_job_id,
+                call.call.id,
+            )
 
     def _pool_queue(self) -> Queue:
         return call_queue(self._client, self._keys, self._settings.client.queue)

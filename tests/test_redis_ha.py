@@ -116,3 +116,30 @@ def test_a_wait_that_cannot_end_names_what_did_not_happen(tmp_path: Path) -> Non
         ha.nodes[ha.replica_port].kill()
         with pytest.raises(HAError, match=f"the replica on {ha.replica_port} to replicate"):
             ha.failover()
+
+
+def _acknowledged_at_once(ha: RedisHA) -> int:
+    """Replicas that acknowledge a write on the new primary within 5 s (one INFO round: 10 s)."""
+    with ha.raw(ha.primary_port) as primary:
+        primary.set("test:ack", 1)
+        return int(primary.execute_command("WAIT", 1, 5000))
+
+
+def test_with_two_replicas_the_new_primary_has_a_replica_at_once(tmp_path: Path) -> None:
+    # One replica: after SENTINEL FAILOVER or SIGSTOP the new primary has none until Sentinel
+    # demotes the old one (~10 s). Two: Sentinel points the other replica at it in the failover.
+    with RedisHA(tmp_path, replicas=2) as ha:
+        assert len(ha.replica_ports) == 2
+        for fault in ("sentinel_failover", "stop_primary", "kill_primary"):
+            old = ha.primary_port
+            FAULTS[fault](ha)
+            assert ha.primary_port != old
+            assert _acknowledged_at_once(ha) >= 1, fault
+        primary = ha.raw(ha.primary_port)
+        _write(primary, 0, _KEYS)
+        ha.lagging_failover(freeze_s=1.0, while_frozen=lambda: _write(primary, _KEYS, 2 * _KEYS))
+        after = _count(ha.raw(ha.primary_port))
+        assert _KEYS <= after < 2 * _KEYS, f"{after} keys after the promotion"
+        ha.wait_ready()
+        ha.wait_synced()
+        assert {_count(ha.raw(port)) for port in ha.replica_ports} == {after}

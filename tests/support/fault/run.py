@@ -338,11 +338,16 @@ class Harness:
         if sessions:
             figures["sessions"] = self._session_figures(records)
         if self.cfg.failover:
-            figures["redis"] = (
+            redis_text = (
                 f"primary + {self.cfg.ha_replicas} replica(s) + 3 Sentinels, "
                 f"followed by {self.cfg.follow}, "
                 f"TOOLPOOL_REDIS_REPLICAS={self.cfg.replicas}"
             )
+            if 0 < self.cfg.replicas < self.cfg.ha_replicas:
+                # The replica that acknowledged a write may be one Sentinel does not promote;
+                # it then resyncs from the new primary and drops the write.
+                redis_text += " (fewer than the replica nodes: not every ack survives)"
+            figures["redis"] = redis_text
         text = report(checks, self.faults, times, figures)
         self._dump(events, records)
         text += f"\nrecords, faults and events: {self.tmp / 'run.json'}"

@@ -5,8 +5,9 @@ three ``redis-server --sentinel`` processes watching them as service ``toolpool`
 all on free loopback ports in folders under the test's tmp dir. With two replicas, Sentinel
 points the one it did not promote at the new primary during the failover, so the new primary
 has a replica at once; with one, the old primary becomes that replica only when Sentinel
-demotes it (after a SENTINEL FAILOVER or a SIGSTOP, some 10 s later). Its faults each end with
-a new primary that answers a write and that every Sentinel reports:
+demotes it (after a SENTINEL FAILOVER or a SIGSTOP, some 10 s later). A write acknowledged by
+only one of two replicas may still be lost: the other may be the one promoted. Its faults
+each end with a new primary that answers a write and that every Sentinel reports:
 
 - ``failover()``: ``SENTINEL FAILOVER``; Sentinel demotes the old primary itself.
 - ``kill_primary()``: SIGKILL; the old node starts again in its folder, as a replica of the

@@ -10,11 +10,13 @@ workspace, under the same faults; holds are checked per lock scope, files per fo
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -57,23 +59,37 @@ from tests.support.waiting import PATIENCE_S, wait_for
 from workers._embedded_redis import RedisServer
 
 
+@contextlib.contextmanager
+def _run_folder(harness: Harness) -> Iterator[None]:
+    """Remove the run's folder when the run and its assertions pass; keep it (and say where)
+    when they fail, or always with TOOLPOOL_FAULT_KEEP=1: it holds run.json, the pools' log
+    and, in the failover mode, every Redis node's append-only file and log."""
+    try:
+        yield
+    except BaseException:
+        print(f"run folder kept: {harness.tmp}")
+        raise
+    if os.environ.get("TOOLPOOL_FAULT_KEEP") == "1":
+        print(f"run folder kept: {harness.tmp}")
+    else:
+        shutil.rmtree(harness.tmp, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.proof
 def test_short_fault_run_finds_no_violation() -> None:
     config = Config(calls=300, workers=6, orchestrators=2, max_faults=5, seed=7, turn_timeout=20)
     harness = Harness(config)
-    try:
+    with _run_folder(harness):
         outcome = harness.run()
-    finally:
-        shutil.rmtree(harness.tmp, ignore_errors=True)
-    print(outcome.text)
-    kinds = {f.kind for f in harness.faults}
-    assert {"kill_random", "redis_restart"} <= kinds, outcome.text
-    # A fault aimed at a lock holder needs a holder at that instant, so the short run cannot
-    # promise one; the long run (python -m tests.support.fault.run) injects dozens.
-    assert outcome.figures["calls"] >= 250, outcome.text
-    # Known faults (checks.KNOWN_FAULTS) are printed; anything else fails the test.
-    assert outcome.unexpected == [], outcome.text
+        print(outcome.text)
+        kinds = {f.kind for f in harness.faults}
+        assert {"kill_random", "redis_restart"} <= kinds, outcome.text
+        # A fault aimed at a lock holder needs a holder at that instant, so the short run cannot
+        # promise one; the long run (python -m tests.support.fault.run) injects dozens.
+        assert outcome.figures["calls"] >= 250, outcome.text
+        # Known faults (checks.KNOWN_FAULTS) are printed; anything else fails the test.
+        assert outcome.unexpected == [], outcome.text
 
 
 @pytest.mark.slow
@@ -83,17 +99,15 @@ def test_short_fault_run_with_sessions_finds_no_violation() -> None:
         calls=300, workers=6, orchestrators=4, max_faults=5, seed=7, turn_timeout=20, sessions=3
     )
     harness = Harness(config)
-    try:
+    with _run_folder(harness):
         outcome = harness.run()
-    finally:
-        shutil.rmtree(harness.tmp, ignore_errors=True)
-    print(outcome.text)
-    assert {"kill_random", "redis_restart"} <= {f.kind for f in harness.faults}, outcome.text
-    assert outcome.figures["calls"] >= 250, outcome.text
-    # Turns went to every session, and the fourth orchestrator's to the workspace.
-    assert {r.session for r in harness.records.values()} == {"", "s0", "s1", "s2"}
-    assert "1c exclusive holds overlapping within a session" in outcome.text
-    assert outcome.unexpected == [], outcome.text
+        print(outcome.text)
+        assert {"kill_random", "redis_restart"} <= {f.kind for f in harness.faults}, outcome.text
+        assert outcome.figures["calls"] >= 250, outcome.text
+        # Turns went to every session, and the fourth orchestrator's to the workspace.
+        assert {r.session for r in harness.records.values()} == {"", "s0", "s1", "s2"}
+        assert "1c exclusive holds overlapping within a session" in outcome.text
+        assert outcome.unexpected == [], outcome.text
 
 
 @pytest.mark.slow
@@ -114,16 +128,14 @@ def test_short_failover_run_with_a_replica_finds_no_violation() -> None:
         worker_faults=False,
     )
     harness = Harness(config)
-    try:
+    with _run_folder(harness):
         outcome = harness.run()
-    finally:
-        shutil.rmtree(harness.tmp, ignore_errors=True)
-    print(outcome.text)
-    assert set(FAILOVER_KINDS) <= {f.kind for f in harness.faults}, outcome.text
-    assert outcome.figures["calls"] >= 500, outcome.text
-    for check in ("6 counter never goes back", "7 fences rise", "9 stored results kept"):
-        assert check in outcome.text
-    assert outcome.unexpected == [], outcome.text
+        print(outcome.text)
+        assert set(FAILOVER_KINDS) <= {f.kind for f in harness.faults}, outcome.text
+        assert outcome.figures["calls"] >= 500, outcome.text
+        for check in ("6 counter never goes back", "7 fences rise", "9 stored results kept"):
+            assert check in outcome.text
+        assert outcome.unexpected == [], outcome.text
 
 
 def _grant(call_id: str, ts: float, fence: int, held: bool = True) -> list[Event]:

@@ -7,6 +7,7 @@ really lose the writes the frozen replica never received.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 import redis
 from redis.sentinel import Sentinel
 
+from tests.support._ha_nodes import wait_until
 from tests.support.redis_ha import HAError, RedisHA
 
 pytestmark = pytest.mark.proof
@@ -116,3 +118,40 @@ def test_a_wait_that_cannot_end_names_what_did_not_happen(tmp_path: Path) -> Non
         ha.nodes[ha.replica_port].kill()
         with pytest.raises(HAError, match=f"the replica on {ha.replica_port} to replicate"):
             ha.failover()
+
+
+def _first_replicas(ha: RedisHA) -> set[int]:
+    """The ports of the first replicas to come online on the current primary."""
+    online: set[int] = set()
+
+    def some_online() -> bool:
+        info = ha.raw(ha.primary_port).info("replication")
+        for i in range(int(info["connected_slaves"])):
+            entry = info[f"slave{i}"]
+            if entry["state"] == "online":
+                online.add(int(entry["port"]))
+        return bool(online)
+
+    wait_until("a replica online on the new primary", some_online, time.monotonic() + 60)
+    return online
+
+
+def test_with_two_replicas_the_new_primary_has_a_replica_at_once(tmp_path: Path) -> None:
+    # One replica: after SENTINEL FAILOVER or SIGSTOP the new primary's first replica is the
+    # old primary, once Sentinel demotes it. Two: Sentinel points the other replica at the new
+    # primary within the failover, before the old one is demoted.
+    with RedisHA(tmp_path, replicas=2) as ha:
+        assert len(ha.replica_ports) == 2
+        for fault in ("sentinel_failover", "stop_primary", "kill_primary"):
+            old = ha.primary_port
+            FAULTS[fault](ha)
+            assert ha.primary_port != old
+            assert _first_replicas(ha) - {old}, fault
+        primary = ha.raw(ha.primary_port)
+        _write(primary, 0, _KEYS)
+        ha.lagging_failover(freeze_s=1.0, while_frozen=lambda: _write(primary, _KEYS, 2 * _KEYS))
+        after = _count(ha.raw(ha.primary_port))
+        assert _KEYS <= after < 2 * _KEYS, f"{after} keys after the promotion"
+        ha.wait_ready()
+        ha.wait_synced()
+        assert {_count(ha.raw(port)) for port in ha.replica_ports} == {after}

@@ -1,21 +1,25 @@
-"""A real Redis primary and replica under three Sentinels, and the failovers a test injects.
+"""A real Redis primary and replicas under three Sentinels, and the failovers a test injects.
 
-``RedisHA`` starts two data nodes (the second ``--replicaof`` the first) and three
-``redis-server --sentinel`` processes watching them as service ``toolpool`` (quorum 2), all on
-free loopback ports in folders under the test's tmp dir. Its faults each end with a new
-primary that answers a write and that every Sentinel reports:
+``RedisHA`` starts a primary and ``replicas`` data nodes (default one) ``--replicaof`` it, and
+three ``redis-server --sentinel`` processes watching them as service ``toolpool`` (quorum 2),
+all on free loopback ports in folders under the test's tmp dir. With two replicas, Sentinel
+points the one it did not promote at the new primary during the failover, so the new primary
+has a replica at once; with one, the old primary becomes that replica only when Sentinel
+demotes it (after a SENTINEL FAILOVER or a SIGSTOP, some 10 s later). A write acknowledged by
+only one of two replicas may still be lost: the other may be the one promoted. Its faults
+each end with a new primary that answers a write and that every Sentinel reports:
 
 - ``failover()``: ``SENTINEL FAILOVER``; Sentinel demotes the old primary itself.
 - ``kill_primary()``: SIGKILL; the old node starts again in its folder, as a replica of the
   new primary, so the next fault has a replica.
 - ``stop_primary()``: SIGSTOP past down-after, then SIGCONT; Sentinel demotes the old primary.
-- ``lagging_failover()``: the replica replicates through a proxy that stops forwarding while
-  writes go on, then the primary is SIGKILLed: the lagging replica is promoted and the
+- ``lagging_failover()``: every replica replicates through a proxy that stops forwarding while
+  writes go on, then the primary is SIGKILLed: a lagging replica is promoted and the
   writes it never saw are lost, as in a real asynchronous failover.
 
-Every fault first waits until the pair is healthy (``wait_ready``): a replica in sync-capable
-shape that every Sentinel sees, so faults can follow each other. Every wait has a deadline
-and raises ``HAError`` naming what did not happen.
+Every fault first waits until the nodes are healthy (``wait_ready``): every replica in
+sync-capable shape and seen by every Sentinel, so faults can follow each other. Every wait
+has a deadline and raises ``HAError`` naming what did not happen.
 """
 
 from __future__ import annotations
@@ -47,7 +51,9 @@ _PROBE_KEY = "redis-ha:probe"
 
 
 class RedisHA:
-    """A primary, a replica and three Sentinels of our own; a context manager."""
+    """A primary, one or more replicas and three Sentinels of our own; a context manager.
+
+    ``replica_port`` is the first replica (the only one by default), ``replica_ports`` all."""
 
     def __init__(
         self,
@@ -56,7 +62,11 @@ class RedisHA:
         down_after_ms: int = 1000,
         failover_timeout_ms: int = 3000,
         patience_s: float = 60.0,
+        replicas: int = 1,
     ) -> None:
+        if replicas < 1:
+            raise ValueError(f"replicas: at least 1, not {replicas}")
+        self.replicas = replicas
         self.folder = Path(folder) / "redis-ha"
         self.down_after_ms = down_after_ms
         self.failover_timeout_ms = failover_timeout_ms
@@ -65,6 +75,7 @@ class RedisHA:
         self.sentinels: list[Process] = []
         self.primary_port = 0
         self.replica_port = 0
+        self.replica_ports: list[int] = []
         # Wall-clock times (time.time()) of the last fault's injection and of the promotion
         # that ended it, for a run that compares them with its processes' event stamps.
         self.fault_at = 0.0
@@ -96,15 +107,16 @@ class RedisHA:
     # -- life cycle --------------------------------------------------------------------------
 
     def start(self) -> RedisHA:
-        """Start both data nodes and the Sentinels; return once the pair is ready."""
+        """Start the data nodes and the Sentinels; return once they are ready."""
         deadline = self._deadline()
         primary = data_node(self.folder)
-        replica = data_node(self.folder)
-        replica.args = replica_args(replica, primary.port)
-        for node in (primary, replica):
+        replicas = [data_node(self.folder) for _ in range(self.replicas)]
+        for replica in replicas:
+            replica.args = replica_args(replica, primary.port)
+        for node in (primary, *replicas):
             self.nodes[node.port] = node
             node.launch(deadline)
-        self.primary_port, self.replica_port = primary.port, replica.port
+        self._set_primary(primary.port)
         for _ in range(3):
             watcher = sentinel(
                 self.folder,
@@ -150,26 +162,26 @@ class RedisHA:
         self._set_primary(port)
 
     def wait_ready(self) -> None:
-        """Wait until the pair is healthy: one primary that every Sentinel names, the replica
-        linked to it (not in a full sync), every Sentinel seeing that replica up and two other
-        Sentinels. After a SENTINEL FAILOVER or a SIGSTOP this includes the demotion of the
-        old primary, which Sentinel makes some 10 s later."""
+        """Wait until the nodes are healthy: one primary that every Sentinel names, every
+        replica linked to it (not in a full sync), every Sentinel seeing those replicas up and
+        two other Sentinels. After a SENTINEL FAILOVER or a SIGSTOP this includes the
+        demotion of the old primary, which Sentinel makes some 10 s later."""
         deadline = self._deadline()
         wait_until("every Sentinel to name one primary", self._agreed, deadline, self.diagnosis)
         wait_until(
-            f"the replica on {self.replica_port} to replicate from {self.primary_port} "
-            "and every Sentinel to see it healthy",
+            f"{self._replicas_named()} to replicate from {self.primary_port} "
+            "and every Sentinel to see them healthy",
             self._healthy,
             deadline,
             self.diagnosis,
         )
 
     def wait_synced(self) -> None:
-        """Wait until the replica has processed everything the primary has written so far."""
+        """Wait until every replica has processed everything the primary has written so far."""
         target = int(self._info(self.primary_port)["master_repl_offset"])
         wait_until(
-            f"the replica on {self.replica_port} to reach offset {target}",
-            lambda: self._replica_offset() >= target,
+            f"{self._replicas_named()} to reach offset {target}",
+            lambda: min(self._replica_offset(port) for port in self.replica_ports) >= target,
             self._deadline(),
             self.diagnosis,
         )
@@ -227,31 +239,28 @@ class RedisHA:
         self, freeze_s: float = 2.0, while_frozen: Callable[[], object] | None = None
     ) -> float:
         """Freeze replication for ``freeze_s`` while writes go on (``while_frozen`` may make
-        some), then SIGKILL the primary: the lagging replica is promoted and what it never
+        some), then SIGKILL the primary: a lagging replica is promoted and what it never
         received is lost. The old node comes back as a replica. The seconds until the
         promotion (counted from the kill)."""
         self.wait_ready()
         old = self.nodes[self.primary_port]
-        lagging = self.replica_port
+        lagging = list(self.replica_ports)
         # Only for the fault: Sentinel points a replica whose primary looks wrong back at the
         # right address (+fix-slave-config), but not sooner than one INFO period (10 s) later.
-        proxy = TcpProxy("127.0.0.1", old.port).start()
+        # Every replica lags: one that did not would be the one promoted, losing nothing.
+        proxies = [TcpProxy("127.0.0.1", old.port).start() for _ in lagging]
         try:
-            self.raw(lagging).replicaof("127.0.0.1", proxy.port)
-            wait_until(
-                f"the replica on {lagging} to replicate through the proxy on {proxy.port}",
-                lambda: self._linked(lagging, proxy.port),
-                self._deadline(),
-                self.diagnosis,
-            )
+            for port, proxy in zip(lagging, proxies, strict=True):
+                self._replicate_through(port, proxy)
             self.wait_synced()
-            proxy.cut()
+            for proxy in proxies:
+                proxy.cut()
             frozen_at = time.monotonic()
             if while_frozen is not None:
                 while_frozen()
             wait_until(
-                f"the primary on {old.port} to get ahead of the frozen replica",
-                lambda: self._replica_offset() < self._primary_offset(old.port),
+                f"the primary on {old.port} to get ahead of the frozen replicas",
+                lambda: max(map(self._replica_offset, lagging)) < self._primary_offset(old.port),
                 self._deadline(),
                 self.diagnosis,
             )
@@ -261,11 +270,26 @@ class RedisHA:
             old.kill()
             taken = self._promoted(old.port, started)
         finally:
-            proxy.stop()
+            for proxy in proxies:
+                proxy.stop()
         self._restart_as_replica(old)
         return taken
 
+    def _replicate_through(self, port: int, proxy: TcpProxy) -> None:
+        self.raw(port).replicaof("127.0.0.1", proxy.port)
+        wait_until(
+            f"the replica on {port} to replicate through the proxy on {proxy.port}",
+            lambda: self._linked(port, proxy.port),
+            self._deadline(),
+            self.diagnosis,
+        )
+
     # -- internals ---------------------------------------------------------------------------
+
+    def _replicas_named(self) -> str:
+        if len(self.replica_ports) == 1:
+            return f"the replica on {self.replica_port}"
+        return f"the replicas on {', '.join(map(str, self.replica_ports))}"
 
     def _deadline(self) -> float:
         return time.monotonic() + self.patience_s
@@ -274,7 +298,8 @@ class RedisHA:
         if port not in self.nodes:
             raise HAError(f"the Sentinels name {port}, which is none of the harness's nodes")
         self.primary_port = port
-        (self.replica_port,) = (p for p in self.nodes if p != port)
+        self.replica_ports = [p for p in self.nodes if p != port]
+        self.replica_port = self.replica_ports[0]
 
     def _reported_primaries(self) -> list[int | None]:
         reported: list[int | None] = []
@@ -296,13 +321,15 @@ class RedisHA:
         return True
 
     def _healthy(self) -> bool:
-        if not self._agreed() or not self._linked(self.replica_port, self.primary_port):
+        if not self._agreed():
+            return False
+        if not all(self._linked(port, self.primary_port) for port in self.replica_ports):
             return False
         if self._info(self.primary_port)["role"] != "master":
             return False
-        return all(self._sentinel_sees_pair(watcher.port) for watcher in self.sentinels)
+        return all(self._sentinel_sees_nodes(watcher.port) for watcher in self.sentinels)
 
-    def _sentinel_sees_pair(self, port: int) -> bool:
+    def _sentinel_sees_nodes(self, port: int) -> bool:
         with self.raw(port) as sentinel_client:
             master = _pairs(sentinel_client.execute_command("SENTINEL", "MASTER", SERVICE))
             replicas = [
@@ -313,10 +340,8 @@ class RedisHA:
             return False
         # Not master-link-status: Sentinel reads it by INFO every 10 s while all is well, and
         # every second once the primary looks down, which is when it picks a replica.
-        return any(
-            int(entry["port"]) == self.replica_port and entry["flags"] == "slave"
-            for entry in replicas
-        )
+        healthy = {int(entry["port"]) for entry in replicas if entry["flags"] == "slave"}
+        return set(self.replica_ports) <= healthy
 
     def _linked(self, replica: int, primary: int) -> bool:
         info = self._info(replica)
@@ -366,8 +391,8 @@ class RedisHA:
     def _primary_offset(self, port: int) -> int:
         return int(self._info(port)["master_repl_offset"])
 
-    def _replica_offset(self) -> int:
-        return int(self._info(self.replica_port).get("slave_repl_offset", -1))
+    def _replica_offset(self, port: int) -> int:
+        return int(self._info(port).get("slave_repl_offset", -1))
 
 
 def _pairs(flat: object) -> dict[str, str]:

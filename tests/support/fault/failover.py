@@ -1,4 +1,4 @@
-"""The fault run's failover mode: its Redis is a primary and a replica under three Sentinels.
+"""The fault run's failover mode: its Redis is a primary and replicas under three Sentinels.
 
 ``FailoverRedis`` runs ``RedisHA``; the processes reach the primary through ``url``: the
 Sentinel URL, or (``follow="proxy"``) a loopback proxy that forwards to the current primary
@@ -53,10 +53,10 @@ def counter_value(writer: str | None) -> int | None:
 class FailoverRedis:
     """``RedisHA`` for the run; ``url`` for its processes, ``tcp_url`` for its own reads."""
 
-    def __init__(self, folder: Path, *, follow: str = "sentinel") -> None:
+    def __init__(self, folder: Path, *, follow: str = "sentinel", replicas: int = 1) -> None:
         if follow not in ("sentinel", "proxy"):
             raise ValueError(f"follow: sentinel or proxy, not {follow!r}")
-        self.ha = RedisHA(folder)
+        self.ha = RedisHA(folder, replicas=replicas)
         self.follow = follow
         self.proxy: TcpProxy | None = None
 

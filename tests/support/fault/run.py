@@ -3,7 +3,8 @@
     .venv/bin/python -m tests.support.fault.run [--calls N] [--workers N] [--orchestrators N]
         [--seconds S] [--lease-ms MS] [--max-faults N] [--fault-gap S] [--seed N]
         [--turn-timeout S] [--sessions N]
-        [--failover [--replicas N] [--follow sentinel|proxy] [--no-worker-faults]]
+        [--failover [--replicas N] [--ha-replicas N] [--follow sentinel|proxy]
+                    [--no-worker-faults]]
 
 A private redis-server (append-only, fsync always, a free port, never 6379), three pools run
 as ``python -m workers.cli worker`` (one direct, two through loopback TCP proxies that the
@@ -19,7 +20,8 @@ one host name, and the run creates sessions s0..s(N-1) once the pools are up, ea
 with the workspace's starting files; most orchestrators send their turns to the sessions
 (``load``), and the checks run per lock scope and per folder.
 
-With ``--failover``, the Redis is a primary and a replica under three Sentinels (``failover``):
+With ``--failover``, the Redis is a primary and ``--ha-replicas`` replicas (default 1) under
+three Sentinels (``failover``):
 every pool and orchestrator reaches it by the Sentinel URL (``--follow proxy``: through a
 proxy that follows the primary), with ``TOOLPOOL_REDIS_REPLICAS=--replicas``; the faults are
 the four failovers and, unless ``--no-worker-faults``, the worker faults that need no proxy;
@@ -110,6 +112,7 @@ class Config:
     sessions: int = 0  # sessions s0..s(N-1); 0: none, every call in the workspace
     failover: bool = False  # a primary and a replica under Sentinels, and failovers
     replicas: int = 0  # TOOLPOOL_REDIS_REPLICAS of every process
+    ha_replicas: int = 1  # with failover: replica nodes under the Sentinels
     follow: str = "sentinel"  # how the processes find the primary: "sentinel" or "proxy"
     worker_faults: bool = True  # with failover: worker faults between the failovers
 
@@ -143,7 +146,9 @@ class Harness:
         if config.failover and config.sessions:
             raise ValueError("the failover mode runs without sessions")
         self.redis: RedisServer | FailoverRedis = (
-            FailoverRedis(self.tmp, follow=config.follow) if config.failover else aof_redis()
+            FailoverRedis(self.tmp, follow=config.follow, replicas=config.ha_replicas)
+            if config.failover
+            else aof_redis()
         )
         self.shared = [*SHARED, COUNTER] if config.failover else SHARED
         self.keys = Keys()
@@ -333,10 +338,16 @@ class Harness:
         if sessions:
             figures["sessions"] = self._session_figures(records)
         if self.cfg.failover:
-            figures["redis"] = (
-                f"primary + replica + 3 Sentinels, followed by {self.cfg.follow}, "
+            redis_text = (
+                f"primary + {self.cfg.ha_replicas} replica(s) + 3 Sentinels, "
+                f"followed by {self.cfg.follow}, "
                 f"TOOLPOOL_REDIS_REPLICAS={self.cfg.replicas}"
             )
+            if 0 < self.cfg.replicas < self.cfg.ha_replicas:
+                # The replica that acknowledged a write may be one Sentinel does not promote;
+                # it then resyncs from the new primary and drops the write.
+                redis_text += " (fewer than the replica nodes: not every ack survives)"
+            figures["redis"] = redis_text
         text = report(checks, self.faults, times, figures)
         self._dump(events, records)
         text += f"\nrecords, faults and events: {self.tmp / 'run.json'}"
@@ -462,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         "--failover", action="store_true", help="a primary and a replica under Sentinels"
     )
     parser.add_argument("--replicas", type=int, default=0, help="TOOLPOOL_REDIS_REPLICAS")
+    parser.add_argument(
+        "--ha-replicas", type=int, default=1, help="with --failover: replica nodes (1 or 2)"
+    )
     parser.add_argument("--follow", choices=["sentinel", "proxy"], default="sentinel")
     parser.add_argument("--no-worker-faults", action="store_true", help="failovers only")
     args = parser.parse_args(argv)
@@ -478,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         sessions=args.sessions,
         failover=args.failover,
         replicas=args.replicas,
+        ha_replicas=args.ha_replicas,
         follow=args.follow,
         worker_faults=not args.no_worker_faults,
     )

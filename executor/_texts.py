@@ -188,6 +188,15 @@ def lease_ended_before_start(tool: str) -> str:
 # -- worker_lost, timeout, lock_lost: the call may have run ---------------------------------
 
 
+def redis_lost_before_run(tool: str, error: str) -> str:
+    """The answer of a call whose worker lost Redis while preparing it, for longer than it
+    waits: the call did not run."""
+    return (
+        f"The worker preparing {tool!r} could not reach Redis ({error}), so the call did not "
+        "run. Submit it again once Redis answers."
+    )
+
+
 def worker_lost(tool: str, worker: str | None = None, ended: str | None = None) -> str:
     """A ``worker_lost`` result: the worker running the call stopped before storing a result.
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 from redis.connection import AbstractConnection
 
-from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
+from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus, _patience
 from executor import _texts as texts
 from executor.contract import Workspace
 from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
@@ -185,3 +185,32 @@ def test_a_cancelled_run_does_not_start(tmp_path: Path) -> None:
     assert result.error_type is ErrorType.CANCELLED
     assert result.content == "'t' did not run: its turn was cancelled."
     assert skip_cancelled(_state(tmp_path), lambda state: _result("ran")).content == "ran"
+
+
+def test_a_start_whose_reply_was_lost_is_tried_again_and_still_claims(
+    tmp_path: Path, client: redis.Redis, events: _Events, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis ran the start's commands but the reply never came (a restart at that moment): the
+    # retry finds the claim already set, by this worker, and runs the call once.
+    monkeypatch.setattr(_patience, "RETRY_S", 0.0)
+    original = redis.client.Pipeline.execute
+    lost: list[int] = []
+
+    def reply_lost_once(self: redis.client.Pipeline, raise_on_error: bool = True) -> Any:
+        replies = original(self, raise_on_error)
+        if not lost:
+            lost.append(1)
+            raise redis.ConnectionError("Connection closed by server.")
+        return replies
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", reply_lost_once)
+    ran: list[int] = []
+
+    def proceed(state: CallState) -> ToolResult:
+        ran.append(1)
+        return _result("ran")
+
+    assert _claim(client, events)(_state(tmp_path), proceed).content == "ran"
+    assert lost == [1]
+    assert ran == [1]
+    assert not events.duplicate.is_set()

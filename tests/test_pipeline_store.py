@@ -10,10 +10,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from executor import Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus
+from executor import ErrorType, Settings, ToolCall, ToolRegistry, ToolResult, ToolStatus, _patience
 from executor.contract import Workspace
 from executor.wire import CallJob, EventLog, Keys, NextBatch, ResultStore, read_events
-from workers.pipeline import _store
 from workers.pipeline._chain import CallState
 from workers.pipeline._store import Store
 
@@ -131,7 +130,7 @@ class _Flaky(ResultStore):
 def test_redis_away_for_a_moment_is_ridden_out(
     client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_store, "_RETRY_S", 0.0)
+    monkeypatch.setattr(_patience, "RETRY_S", 0.0)
     flaky = _Flaky(client)
     assert _store_of(client, flaky).publish(JOB, _result("ran")).content == "ran"
     assert flaky.tries == 3
@@ -139,7 +138,7 @@ def test_redis_away_for_a_moment_is_ridden_out(
 
 
 def test_redis_away_past_the_patience_fails_the_job(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_store, "_PUBLISH_PATIENCE_S", 0.0)
+    monkeypatch.setattr(_patience, "PATIENCE_S", 0.0)
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -164,7 +163,7 @@ def test_a_stored_result_leaves_out_its_defaults_and_reads_back_whole(
 def test_a_claim_that_could_not_be_let_go_is_left_to_the_claim_step(
     client: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_store, "_RETRY_S", 0.0)
+    monkeypatch.setattr(_patience, "RETRY_S", 0.0)
     flaky = _Flaky(client)
 
     def refuse(*keys: str) -> int:
@@ -182,3 +181,25 @@ def test_a_claim_that_could_not_be_let_go_is_left_to_the_claim_step(
     assert _store_of(client, flaky)(state, lambda state: _result("ran")).content == "ran"
     assert not state.claim_released  # the claim's own finally deletes it once more
     assert ResultStore(client, KEYS).get("c1") is not None
+
+
+def test_a_step_that_lost_redis_before_the_run_still_answers_the_call(
+    client: redis.Redis, tmp_path: Path
+) -> None:
+    # A session's entry or a lease request that could not reach Redis within its patience: the
+    # call must get an answer (and release its turn's next batch), not wait for a timeout.
+    state = CallState(
+        call=CALL,
+        registry=ToolRegistry(),
+        workspace=Workspace(tmp_path),
+        settings=Settings(),
+        job=JOB,
+    )
+
+    def away(state: CallState) -> ToolResult:
+        raise redis.ConnectionError("Connection refused")
+
+    answer = _store_of(client)(state, away)
+    assert answer.error_type == ErrorType.UNEXPECTED_ERROR
+    assert "did not run" in answer.content
+    assert ResultStore(client, KEYS).get("c1") == answer

@@ -13,13 +13,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.worker import WorkerStatus
 
-from executor import Settings
+from executor import Settings, _patience
 from executor._rq.jobs import ENTRY_POINT
 from executor._rq.worker import ToolpoolWorker
 from executor.client import Executor
@@ -162,3 +163,30 @@ def test_a_call_ends_in_one_round_trip_with_rqs_bookkeeping_intact(
     assert 0 < client.ttl(job.key) <= 60
     assert client.hget(worker.key, "successful_job_count") == b"1"
     assert client.hget(worker.key, "state") == b"idle"
+
+
+def test_a_start_whose_reply_was_lost_is_sent_again_not_dropped(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Redis ran RQ's start transaction, then restarted before its reply: RQ alone would drop
+    # the job, recorded started with nobody running it, and its call would wait for a timeout.
+    monkeypatch.setattr(_patience, "RETRY_S", 0.0)
+    queue, worker = _born(client, "q-lost-reply", "w-lost-reply")
+    job = queue.enqueue_call(func=ENTRY_POINT, args=({},))
+    original = redis.client.Pipeline.execute
+    lost: list[int] = []
+
+    def reply_lost_once(self: redis.client.Pipeline, raise_on_error: bool = True) -> Any:
+        replies = original(self, raise_on_error)
+        if self.transaction and not lost:  # the start is RQ's one MULTI/EXEC here
+            lost.append(1)
+            raise redis.ConnectionError("Connection closed by server.")
+        return replies
+
+    execution = worker.prepare_execution(job)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", reply_lost_once)
+    worker.prepare_job_execution(job)
+    monkeypatch.undo()
+    assert lost == [1]
+    assert job.get_status(refresh=True) == JobStatus.STARTED
+    assert (job.id, execution.id) in queue.started_job_registry.get_job_and_execution_ids()

@@ -25,6 +25,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now as now_utc
 from rq.worker import WorkerStatus
 
+from executor._patience import patiently
 from executor._rq.dequeue import ReliableQueue
 from executor._rq.jobs import ENTRY_POINT
 from executor.wire import EventLog
@@ -225,7 +226,14 @@ class _RefusingMixin:
         # RQ takes a started job off its queue's intermediate list only for a worker of one
         # queue (where it used LMOVE); ReliableQueue moves from every queue, so always: else
         # the list grows by every job, and the pool's sweep reads it all each second.
-        super().prepare_job_execution(job, remove_from_intermediate_queue=True)  # type: ignore[misc]
+        # Tried again while Redis is away: RQ's start is one transaction whose reply may be
+        # lost after it ran (a restart), and RQ then drops the job, recorded started, with
+        # nobody running it. Running the transaction twice writes the same state.
+        patiently(
+            lambda: super(_RefusingMixin, self).prepare_job_execution(  # type: ignore[misc]
+                job, remove_from_intermediate_queue=True
+            )
+        )
 
     connection: redis.Redis
     name: str

@@ -18,6 +18,7 @@ import redis
 
 from executor import Settings
 from executor import _texts as texts
+from executor._patience import patiently
 from executor.wire import CallJob, ErrorType, EventLog, Keys, ToolResult
 from workers.pipeline._chain import CallState, Proceed
 from workers.pipeline._store import Store
@@ -58,12 +59,9 @@ class Claim:
         # acknowledged writes the claim needs no WAIT of its own: nothing runs before the
         # call's lock grant, whose WAIT covers every write made before it, this claim and RQ's
         # dequeue included.
-        with self._client.pipeline(transaction=False) as pipe:
-            pipe.get(self._keys.result(call.id))
-            pipe.set(current_key, job.model_dump_json(), ex=_CURRENT_TTL_S)
-            pipe.set(running_key, self._worker, px=self._liveness_ms, nx=True)
-            pipe.exists(self._keys.turn_cancel(job.turn_id))
-            existing, _, claimed, cancel_flag = pipe.execute()
+        existing, claimed, cancel_flag = patiently(
+            lambda: self._start(job, current_key, running_key)
+        )
         if not claimed and existing is None:
             # A job delivered twice (RQ put it back while its first delivery still runs):
             # it must not run twice, nor answer before the run does (that answer would be
@@ -83,6 +81,23 @@ class Claim:
             if not state.claim_released:  # let go with the result, unless that failed
                 with contextlib.suppress(redis.RedisError):
                     self._client.delete(current_key, running_key)
+
+    def _start(
+        self, job: CallJob, current_key: str, running_key: str
+    ) -> tuple[bytes | None, bool, bool]:
+        """The call's stored result, whether this worker holds its claim, whether its turn is
+        cancelled. Tried again as a whole when Redis does not answer, so the claim is read
+        back rather than taken from SET NX's reply: a try whose reply was lost may have set
+        it, and no other delivery runs on this worker."""
+        with self._client.pipeline(transaction=False) as pipe:
+            pipe.get(self._keys.result(job.call.id))
+            pipe.set(current_key, job.model_dump_json(), ex=_CURRENT_TTL_S)
+            pipe.set(running_key, self._worker, px=self._liveness_ms, nx=True)
+            pipe.get(running_key)
+            pipe.exists(self._keys.turn_cancel(job.turn_id))
+            existing, _, _, holder, cancel_flag = pipe.execute()
+        claimed = holder is not None and _text(holder) == self._worker
+        return existing, claimed, bool(cancel_flag)
 
     def _await_other_run(self, job: CallJob) -> ToolResult:
         """The result of the run another worker holds; ``worker_lost`` if that worker dies."""
@@ -120,3 +135,7 @@ def skip_cancelled(state: CallState, proceed: Proceed) -> ToolResult:
         message = texts.turn_cancelled(call.name)
         return ToolResult.failure(call.id, call.name, ErrorType.CANCELLED, message)
     return proceed(state)
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw

@@ -17,6 +17,7 @@ import redis
 
 from executor import SessionError
 from executor import _texts as texts
+from executor._patience import patiently
 from executor.contract import ShellState, Workspace
 from executor.wire import ErrorType, SessionStore, ToolResult, check_session_name, session_scope
 from workers.pipeline._chain import CallState, Proceed
@@ -52,7 +53,8 @@ class EnterSession:
             return _refuse(state, str(exc).rstrip("."))
         if self._root is None:
             return _refuse(state, texts.no_sessions(name))
-        entered = self._store.enter(name, self._host)
+        # Tried again while Redis is away: a lost reply only counts the call twice.
+        entered = patiently(lambda: self._store.enter(name, self._host))
         if not entered.ok:
             return _refuse(state, entered.problem)
         folder = self._root / name

@@ -11,23 +11,16 @@ result that comes second (another delivery stored one first) is dropped, with a
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import redis
 
-from executor.wire import CallJob, EventLog, ResultStore, ToolResult
+from executor import _texts as texts
+from executor._patience import patiently
+from executor.wire import CallJob, ErrorType, EventLog, ResultStore, ToolResult
 from workers.pipeline._chain import CallState, Closing, Proceed
 
 log = logging.getLogger(__name__)
-
-# How long a worker keeps trying to store a result while Redis does not answer.
-_PUBLISH_PATIENCE_S = 30.0
-# Pause between two tries.
-_RETRY_S = 0.5
-
-_T = TypeVar("_T")
 
 
 class Store:
@@ -41,6 +34,15 @@ class Store:
         state.closing = []
         try:
             result = proceed(state)
+        except redis.RedisError as exc:
+            # A step before the run lost Redis for longer than its patience: the call gets an
+            # answer all the same, not the turn's timeout.
+            _do_instead(state.closing)
+            state.closing = []
+            log.warning("toolpool: call %s could not start: %s", state.call.id, exc)
+            call = state.call
+            message = texts.redis_lost_before_run(call.name, str(exc))
+            result = ToolResult.failure(call.id, call.name, ErrorType.UNEXPECTED_ERROR, message)
         except BaseException:
             _do_instead(state.closing)
             raise
@@ -81,7 +83,7 @@ class Store:
             log.warning("toolpool: storing the result of call %s failed once: %s", job.call.id, exc)
             first = None
         if first is None:
-            first = self._patiently(lambda: self._results.publish(job.turn_id, result, job.then))
+            first = patiently(lambda: self._results.publish(job.turn_id, result, job.then))
             try:
                 if release:
                     self._results.client.delete(*release)
@@ -89,7 +91,7 @@ class Store:
                 released = False  # the claim step tries once more
         if first:
             return result, released
-        stored = self._patiently(lambda: self._results.get(job.call.id))
+        stored = patiently(lambda: self._results.get(job.call.id))
         self._events.emit(
             "result_dropped", call_id=job.call.id, turn_id=job.turn_id, tool=job.call.name
         )
@@ -127,17 +129,6 @@ class Store:
         if isinstance(code, Exception):
             raise code
         return self._results.stored(code)
-
-    @staticmethod
-    def _patiently(attempt: Callable[[], _T]) -> _T:
-        deadline = time.monotonic() + _PUBLISH_PATIENCE_S
-        while True:
-            try:
-                return attempt()
-            except redis.RedisError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(_RETRY_S)
 
 
 def _do_instead(closing: Sequence[Closing]) -> None:

@@ -178,7 +178,7 @@ def test_a_start_whose_reply_was_lost_is_sent_again_not_dropped(
 
     def reply_lost_once(self: redis.client.Pipeline, raise_on_error: bool = True) -> Any:
         replies = original(self, raise_on_error)
-        if self.transaction and not lost:  # the start is RQ's one MULTI/EXEC here
+        if bool(self.transaction) and not lost:  # the start is RQ's one MULTI/EXEC here
             lost.append(1)
             raise redis.ConnectionError("Connection closed by server.")
         return replies

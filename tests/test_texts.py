@@ -59,6 +59,9 @@ SAMPLES: dict[str, Callable[[], str]] = {
         "write_file", "No exclusive grant of the lock on scope 'global' within 300.000 s."
     ),
     "lease_ended_before_start": lambda: texts.lease_ended_before_start("write_file"),
+    "redis_lost_before_run": lambda: texts.redis_lost_before_run(
+        "bash", "Error 111 connecting to 127.0.0.1:6380. Connection refused."
+    ),
     "worker_lost": lambda: texts.worker_lost("bash"),
     "worker_lost, by its pool": lambda: texts.worker_lost(
         "bash", "host.4242.1, pid 4242", "was killed by signal SIGKILL"

@@ -54,8 +54,9 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
         "bash",
         "--args",
         '{"command": "ls; echo M=$M"}',
+        "--json",
     )
-    assert json.loads(shown.output)["content"].endswith("main.py\nM=7")
+    assert json.loads(shown.stdout)["content"].endswith("main.py\nM=7")
 
     listed = _run(env, "session", "list")
     assert listed.exit_code == 0, listed.output
@@ -83,10 +84,17 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
     assert "its folder on host 'h1' and its keys" in gone.output
     assert not (tmp_path / "sessions" / "agent-1").exists()
     late = _run(
-        env, "call", "read_file", "--args", '{"path": "src/main.py"}', "--session", "agent-1"
+        env,
+        "call",
+        "read_file",
+        "--args",
+        '{"path": "src/main.py"}',
+        "--session",
+        "agent-1",
+        "--json",
     )
     assert late.exit_code == 1
-    assert json.loads(late.output)["error_type"] == "unknown_session"
+    assert json.loads(late.stdout)["error_type"] == "unknown_session"
 
 
 def test_bad_session_input_is_a_clear_error(env: dict[str, str]) -> None:

@@ -24,6 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from executor import Settings, ToolStatus
+from executor.cli._common import EXIT_REDIS
 from executor.client import Executor, Sessions
 from executor.wire import read_events
 from tests.support.ports import free_port, free_port_url
@@ -243,7 +244,9 @@ def test_dashboard_service_command_serves_the_page(
 # -- bash's sandbox at start ---------------------------------------------------------------------
 
 
-def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None) -> str:
+def _worker_without_redis(
+    tmp_path: Path, *options: str, path: str | None = None, code: int = EXIT_REDIS
+) -> str:
     """``toolpool worker`` pointed at a Redis that is not there: what it says before that."""
     env = clean_env() if path is None else clean_env(PATH=path)
     result = subprocess.run(
@@ -254,18 +257,18 @@ def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None
         timeout=PATIENCE_S,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == code
     assert "Traceback" not in result.stderr
     return result.stdout + result.stderr
 
 
 def test_a_required_sandbox_that_cannot_run_refuses_to_start(tmp_path: Path) -> None:
-    said = _worker_without_redis(tmp_path, "--sandbox", "required", path=str(tmp_path))
+    said = _worker_without_redis(tmp_path, "--sandbox", "required", path=str(tmp_path), code=1)
 
     assert "bash's sandbox is required" in said
     assert "bubblewrap (bwrap) is not installed" in said
     assert "apt-get install bubblewrap" in said
-    assert "does not answer" not in said  # refused before it looked for Redis
+    assert "Cannot reach Redis" not in said  # refused before it looked for Redis
 
 
 def _started_worker_says(
@@ -325,7 +328,7 @@ def test_without_bash_no_sandbox_is_needed(tmp_path: Path) -> None:
     )
 
     assert "sandbox" not in said
-    assert "does not answer" in said
+    assert "Cannot reach Redis" in said
 
 
 def test_the_start_says_which_sandbox_and_limits_bash_gets(redis_url: str, tmp_path: Path) -> None:
@@ -352,8 +355,8 @@ def test_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
         timeout=PATIENCE_S,
         check=False,
     )
-    assert result.returncode == 1
-    assert "does not answer" in result.stderr
+    assert result.returncode == EXIT_REDIS
+    assert "Cannot reach Redis at " in result.stderr
     assert url.replace("hunter2", "***") in result.stderr
     assert "hunter2" not in result.stderr
     assert "Traceback" not in result.stderr
@@ -390,8 +393,8 @@ def test_up_with_an_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         up_command, ["--redis", url, "--workspace", str(tmp_path)], env=_no_env()
     )
-    assert result.exit_code == 1
-    assert f"Redis at {url} does not answer" in result.output
+    assert result.exit_code == EXIT_REDIS
+    assert f"Cannot reach Redis at {url}: " in result.output
     assert "Check the URL (--redis or TOOLPOOL_REDIS_URL)" in result.output
     # Whoever reads this is running `toolpool up`: no advice to run it.
     assert "toolpool up" not in result.output
@@ -420,7 +423,7 @@ def test_worker_without_a_workspace_is_a_usage_error(
     assert "--workspace DIR" in result.output
     assert "--sessions-root DIR" in result.output
     assert "TOOLPOOL_WORKSPACE" in result.output
-    assert "does not answer" not in result.output  # it stopped before looking for Redis
+    assert "Cannot reach Redis" not in result.output  # it stopped before looking for Redis
 
 
 def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None:
@@ -430,8 +433,8 @@ def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None
         ["--redis", free_port_url()],
         env={**_no_env(), "TOOLPOOL_WORKSPACE": str(tmp_path)},
     )
-    assert result.exit_code == 1, result.output
-    assert "does not answer" in result.output  # past the workspace, on to Redis
+    assert result.exit_code == EXIT_REDIS, result.output
+    assert "Cannot reach Redis" in result.output  # past the workspace, on to Redis
 
 
 class _StubPool:

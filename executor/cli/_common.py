@@ -115,8 +115,8 @@ def redis_unreachable(url: str, problem: BaseException | str) -> RedisUnreachabl
         why = problem if isinstance(problem, str) else _reason(problem)
         said = f"Cannot reach Redis at {shown_url(url)}: {why}."
     return RedisUnreachable(
-        f"{said} Check the URL (--redis or TOOLPOOL_REDIS_URL) and that Redis runs there; "
-        "on one machine, `toolpool up` starts one."
+        f"{said} Check the URL (--redis or TOOLPOOL_REDIS_URL), that Redis runs there and "
+        "that this machine can reach it."
     )
 
 
@@ -141,8 +141,10 @@ def probing(url: str) -> Iterator[redis.Redis]:
 
 def _reason(exc: BaseException) -> str:
     """Why a Redis command failed, in one line without a trailing full stop."""
-    text = str(exc).strip().rstrip(".") or type(exc).__name__
-    return text.splitlines()[0]
+    text = str(exc).strip() or type(exc).__name__
+    # redis-py's Sentinel error goes on with the repr of its client: the first part says it.
+    text = text.splitlines()[0].split(" : <", 1)[0]
+    return text.rstrip(".")
 
 
 def bad_url(exc: RedisURLError) -> click.UsageError:

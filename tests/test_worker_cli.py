@@ -23,7 +23,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from executor import Settings, ToolStatus
+from executor import ErrorType, Settings, ToolStatus
 from executor.cli._common import EXIT_REDIS
 from executor.client import Executor, Sessions
 from executor.wire import read_events
@@ -440,7 +440,7 @@ def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None
 class _StubPool:
     """Stands in for the pool: the banner is printed, nothing is started."""
 
-    def run(self, on_start: Callable[[list[PoolChild]], None]) -> None:
+    def run(self, on_start: Callable[[list[PoolChild]], None], **callbacks: Any) -> None:
         on_start([])
 
 
@@ -533,3 +533,76 @@ def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -
     assert "toolpool up: stopped, Redis too" in output
     assert gone(int(redis_pid.group(1)))
     assert all(gone(pid) for pid in workers.values())
+
+
+def _read_line_with(process: subprocess.Popen[str], words: str, seen: list[str]) -> str:
+    """Read the process's stderr until a line holds ``words``; that line."""
+    assert process.stderr is not None
+    watchdog = threading.Timer(PATIENCE_S, process.kill)  # a silent process fails, not hangs
+    watchdog.start()
+    try:
+        while True:
+            line = process.stderr.readline()
+            assert line, f"stderr ended without {words!r}: {''.join(seen)}"
+            seen.append(line)
+            if words in line:
+                return line.rstrip("\n")
+    finally:
+        watchdog.cancel()
+
+
+@pytest.mark.proof  # Redis and a worker pool
+def test_ctrl_c_of_up_says_at_once_what_the_stop_waits_for_and_a_second_one_what_it_kills(
+    tmp_path: Path,
+) -> None:
+    process = subprocess.Popen(
+        [*TOOLPOOL, "up", "--workers", "2", "--workspace", str(tmp_path), "--grace", "90"],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        text, _ = read_until_workers(process, 2)
+        exported = re.search(r"export TOOLPOOL_REDIS_URL=(redis://\S+)", text)
+        assert exported, text
+        with Executor(
+            settings=Settings(redis_url=exported.group(1)), wait_for_workers=PATIENCE_S
+        ) as executor:
+            turn = executor.submit(
+                [
+                    {
+                        "id": "slow",
+                        "name": "bash",
+                        "arguments": {"command": "sleep 60", "timeout": 120},
+                    }
+                ]
+            )
+            wait_for(
+                lambda: any(
+                    e.event == "tool_execution_started"
+                    for _, e in read_events(executor.client, executor.keys)
+                ),
+                "the call to start",
+            )
+            os.killpg(process.pid, signal.SIGINT)
+            # Said while the call runs on: the line comes before any result.
+            first = _read_line_with(process, "stopping:", seen)
+            assert executor.poll(turn) == [None]
+            os.killpg(process.pid, signal.SIGINT)
+            second = _read_line_with(process, "stopping now", seen)
+            (result,) = executor.collect(turn, timeout=PATIENCE_S)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        end(process)
+    assert first == (
+        "toolpool up: stopping: finishing 1 call in flight (up to 90 s); press Ctrl-C again "
+        "to stop now (those calls answer worker_lost)"
+    )
+    assert (
+        second
+        == "toolpool up: stopping now: the workers are killed, their calls answer worker_lost"
+    )
+    assert result.error_type is ErrorType.WORKER_LOST, result.content

@@ -238,7 +238,7 @@ def worker_command(
     )
     click.echo(f"toolpool worker: {served.describe()}")
     _print_sandbox(sandbox_report, "toolpool worker")
-    pool.run(on_start=_print_children)
+    _run_pool(pool, "toolpool worker")
     click.echo("toolpool worker: stopped")
 
 
@@ -314,7 +314,7 @@ def up_command(
         if server is not None:
             click.echo("Point orchestrators at this Redis:")
             click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
-        pool.run(on_start=_print_children)
+        _run_pool(pool, "toolpool up")
     finally:
         if server is not None:
             server.stop()
@@ -474,6 +474,35 @@ def _mode(fork: bool, workers: int) -> str:
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+
+
+def _run_pool(pool: WorkerPool, who: str) -> None:
+    """Serve until SIGINT/SIGTERM, saying at once what the stop does: the wait for the
+    calls in flight is silent otherwise, and a second Ctrl-C, pressed to hurry it, kills
+    them."""
+
+    def stopping(calls: int | None) -> None:
+        if calls == 0:
+            click.echo(f"{who}: stopping: no call in flight", err=True)
+            return
+        running = "the calls in flight" if calls is None else _calls(calls) + " in flight"
+        click.echo(
+            f"{who}: stopping: finishing {running} (up to {pool.grace:g} s); press Ctrl-C "
+            "again to stop now (those calls answer worker_lost)",
+            err=True,
+        )
+
+    def hurry() -> None:
+        click.echo(
+            f"{who}: stopping now: the workers are killed, their calls answer worker_lost",
+            err=True,
+        )
+
+    pool.run(on_start=_print_children, on_stopping=stopping, on_hurry=hurry)
+
+
+def _calls(count: int) -> str:
+    return "1 call" if count == 1 else f"{count} calls"
 
 
 def _print_children(children: list[PoolChild]) -> None:

@@ -18,7 +18,9 @@
     └── ToolError                 raised *inside* a tool: an expected failure whose message is
         │                         shown to the model as it is ("File not found: a.txt")
         ├── WorkspaceError        a path that escapes the workspace root
-        └── FenceError            a fenced commit refused because the lock was lost
+        ├── FenceError            a fenced commit refused because the lock was lost
+        ├── ToolTimeoutError      the tool's own time limit stopped the call (kind timeout)
+        └── ToolCancelledError    the tool stopped because its call was cancelled (cancelled)
 
 ``executor`` exports all but the lock's, which ``executor.lock`` exports with the lock. Two
 worker-side subclasses stay with their code, since they never reach an orchestrator (each
@@ -96,6 +98,15 @@ class WorkspaceError(ToolError):
 
 class FenceError(ToolError):
     """A write refused because this call no longer holds the exclusive lock."""
+
+
+class ToolTimeoutError(ToolError):
+    """A tool stopped by its own time limit (bash's ``timeout``): answered ``timeout``."""
+
+
+class ToolCancelledError(ToolError):
+    """A tool that stopped because its call was cancelled (it saw ``ctx.cancelled``):
+    answered ``cancelled``."""
 
 
 class InvalidArgumentsError(ToolpoolError):

@@ -234,7 +234,7 @@ def test_events_show_times_as_clock_times_and_leave_out_none(
     assert text.exit_code == 0, text.output
     (line,) = text.output.splitlines()
     clock = datetime.datetime.fromtimestamp(released_at).strftime("%H:%M:%S.%f")[:-3]
-    assert line.endswith(f"call=c1 w1 mode=shared held=True released_at={clock}"), line
+    assert line.endswith(f"call=c1 turn=t1 w1 mode=shared held=True released_at={clock}"), line
     assert "None" not in line
     assert "fence" not in line
     assert "1796037434" not in line

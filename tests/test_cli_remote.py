@@ -17,6 +17,7 @@ import redis
 from click.testing import CliRunner
 
 from executor.cli import main
+from executor.cli._common import EXIT_FAILED, EXIT_REDIS
 from executor.wire import Keys, read_catalog
 from tests.support.waiting import wait_for
 
@@ -124,11 +125,28 @@ def test_tools_export_formats(served: dict[str, str]) -> None:
 
 
 def test_call_goes_through_the_worker(served: dict[str, str]) -> None:
-    result = CliRunner().invoke(
-        main, ["call", "read_file", "--args", '{"path": "hello.txt"}', "--id", "r1"], env=served
-    )
+    args = ["call", "read_file", "--args", '{"path": "hello.txt"}']
+    result = CliRunner().invoke(main, [*args, "--id", "r1"], env=served)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["content"] == "hello\nworld\n"
+    # The text the model reads, with its own newlines, then what it was.
+    text, line = result.stdout.split("\n-- ", 1)
+    assert text == "hello\nworld"
+    assert re.fullmatch(r"ok  read_file  r1  \d+ ms  turn [0-9a-f]{32}\n", line), line
+    as_json = CliRunner().invoke(main, [*args, "--id", "r2", "--json"], env=served)
+    assert as_json.exit_code == 0, as_json.output
+    record = json.loads(as_json.stdout)
+    assert (record["content"], record["call_id"]) == ("hello\nworld\n", "r2")
+    assert re.fullmatch(r"[0-9a-f]{32}", record["turn_id"])
+    assert record["turn_id"] != line.split("turn ")[1].strip()
+
+
+def test_call_that_answers_an_error_exits_1_and_says_so(served: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        main, ["call", "read_file", "--args", '{"path": "nope.txt"}', "--id", "e1"], env=served
+    )
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "-- error (tool_error)  read_file  e1" in result.stdout
+    assert result.stderr == "toolpool call: the call answered an error (e1: tool_error)\n"
 
 
 def test_run_reads_json_lines_of_any_api_shape_and_answers_in_order(
@@ -158,9 +176,20 @@ def test_run_reads_json_lines_of_any_api_shape_and_answers_in_order(
         ]
     )
     result = CliRunner().invoke(main, ["run", "-"], input=lines, env=served)
-    assert result.exit_code == 0, result.output
-    answers = [json.loads(line) for line in result.output.splitlines()]
+    # One call answered an error: the turn's exit code and stderr say so, as `call`'s do.
+    assert result.exit_code == EXIT_FAILED, result.output
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
     assert [a["call_id"] for a in answers] == ["a", "b", "c"]
+    # The turn's id, on stderr first and in every result, is the one the timeline takes.
+    turn = answers[0]["turn_id"]
+    assert {a["turn_id"] for a in answers} == {turn}
+    assert result.stderr == (
+        f"turn {turn}  (toolpool timeline {turn})\n"
+        "toolpool run: 1 of 3 calls answered an error (c: tool_error)\n"
+    )
+    timeline = CliRunner().invoke(main, ["timeline", turn], env=served)
+    assert timeline.exit_code == 0, timeline.output
+    assert "<svg" in timeline.stdout
     assert answers[0]["content"] == "6*7 = 42"
     assert answers[1]["truncated"] is True
     assert "full output: toolpool output b" in answers[1]["content"]
@@ -179,7 +208,7 @@ def test_run_takes_a_json_array_and_logs_jsonl(served: dict[str, str], tmp_path:
         main, ["run", "-", "--jsonl", str(log)], input=json.dumps(calls), env=served
     )
     assert result.exit_code == 0, result.output
-    assert len(result.output.splitlines()) == 3
+    assert len(result.stdout.splitlines()) == 3
     events = [json.loads(line) for line in log.read_text().splitlines()]
     assert {e["call_id"] for e in events} == {"g0", "g1", "g2"}
     assert {e["event"] for e in events} >= {"tool_execution_started", "tool_result"}
@@ -223,9 +252,9 @@ def test_unreachable_redis_is_a_clear_error() -> None:
         ["call", "calculator", "--args", '{"expression": "1"}', "--timeout", "2"],
         env={"TOOLPOOL_REDIS_URL": "redis://127.0.0.1:1/0"},
     )
-    assert result.exit_code == 1
-    assert "Redis at redis://127.0.0.1:1/0 could not be reached" in result.output
-    assert "none of its calls runs" in result.output
+    assert result.exit_code == EXIT_REDIS
+    assert "Cannot reach Redis at redis://127.0.0.1:1/0: " in result.output
+    assert "Check the URL (--redis or TOOLPOOL_REDIS_URL)" in result.output
 
 
 def test_error_messages_never_show_the_redis_password() -> None:
@@ -238,7 +267,7 @@ def test_error_messages_never_show_the_redis_password() -> None:
         ["lock", "status"],
     ):
         result = runner.invoke(main, args, env=env)
-        assert result.exit_code == 1, (args, result.output)
+        assert result.exit_code == EXIT_REDIS, (args, result.output)
         assert "redis://:***@127.0.0.1:1/0" in result.output, (args, result.output)
         assert "hunter2secret" not in result.output, args
 
@@ -259,8 +288,8 @@ def test_run_answers_arguments_that_are_not_json_and_runs_the_rest(
         {"id": "ok", "name": "read_file", "arguments": {"path": "hello.txt"}},
     ]
     result = CliRunner().invoke(main, ["run", "-"], input=json.dumps(calls), env=served)
-    assert result.exit_code == 0, result.output
-    cut, arr, ok = (json.loads(line) for line in result.output.splitlines())
+    assert result.exit_code == EXIT_FAILED, result.output
+    cut, arr, ok = (json.loads(line) for line in result.stdout.splitlines())
     assert (cut["call_id"], cut["error_type"]) == ("cut", "invalid_arguments")
     assert cut["content"] == (
         "Invalid arguments for tool 'read_file':\n- arguments are not valid JSON: "
@@ -333,4 +362,4 @@ def test_call_with_wait_for_workers_waits_for_one(redis_url: str, workspace: Pat
             cli.kill()
             cli.communicate()
     assert cli.returncode == 0, err
-    assert json.loads(out)["content"] == "6*7 = 42"
+    assert out.startswith("6*7 = 42\n-- ok  calculator  "), out

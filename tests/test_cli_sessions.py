@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
 
-from executor import Settings
+from executor import ErrorType, Executor, Settings
 from executor.cli import main
-from tests.support.procs import running_pool
+from tests.support.procs import running_pool, wait_for_event
 
 pytestmark = pytest.mark.proof  # a real worker pool
 
@@ -54,8 +56,9 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
         "bash",
         "--args",
         '{"command": "ls; echo M=$M"}',
+        "--json",
     )
-    assert json.loads(shown.output)["content"].endswith("main.py\nM=7")
+    assert json.loads(shown.stdout)["content"].endswith("main.py\nM=7")
 
     listed = _run(env, "session", "list")
     assert listed.exit_code == 0, listed.output
@@ -83,10 +86,17 @@ def test_a_session_is_created_used_listed_and_deleted(env: dict[str, str], tmp_p
     assert "its folder on host 'h1' and its keys" in gone.output
     assert not (tmp_path / "sessions" / "agent-1").exists()
     late = _run(
-        env, "call", "read_file", "--args", '{"path": "src/main.py"}', "--session", "agent-1"
+        env,
+        "call",
+        "read_file",
+        "--args",
+        '{"path": "src/main.py"}',
+        "--session",
+        "agent-1",
+        "--json",
     )
     assert late.exit_code == 1
-    assert json.loads(late.output)["error_type"] == "unknown_session"
+    assert json.loads(late.stdout)["error_type"] == "unknown_session"
 
 
 def test_bad_session_input_is_a_clear_error(env: dict[str, str]) -> None:
@@ -106,3 +116,42 @@ def test_bad_session_input_is_a_clear_error(env: dict[str, str]) -> None:
     template = _run(env, "session", "create", "s3", "--from", "/no/such/folder")
     assert "Template '/no/such/folder' is not a folder on this host" in template.output
     assert "s3" not in _run(env, "session", "list").output
+
+
+def test_session_show_prints_times_and_sizes_for_a_person(env: dict[str, str]) -> None:
+    assert _run(env, "session", "create", "shown").exit_code == 0
+    assert _run(env, "call", "bash", "--args", '{"command": "export K=1"}', "--session", "shown")
+    shown = _run(env, "session", "show", "shown")
+    assert shown.exit_code == 0, shown.output
+    text = shown.stdout.replace("last used", "last_used").replace("idle ttl", "idle_ttl")
+    lines = dict(line.split(None, 1) for line in text.splitlines())
+    # Local ISO times with their age, not epoch seconds.
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(\d+ s ago\)", lines["created"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(in 2\d\.\d h\)", lines["expires"])
+    assert lines["idle_ttl"] == "24.0 h without a call"
+    counted = r"unknown \(not counted yet\)|\d+(\.\d)? [KMG]?B \(counted .* ago\)"
+    assert re.fullmatch(counted, lines["size"]), lines["size"]
+    assert (lines["calls"], lines["env"], lines["lock"]) == (
+        "1 (0 waiting or running)",
+        "K",
+        "free",
+    )
+    assert "None" not in shown.stdout
+    assert not re.search(r"\b1[789]\d{8}\b", shown.stdout), shown.stdout  # no epoch seconds
+
+
+def test_delete_force_answers_the_running_call_cancelled(
+    env: dict[str, str], redis_url: str, client: redis.Redis
+) -> None:
+    assert _run(env, "session", "create", "doomed").exit_code == 0
+    with Executor(settings=Settings(redis_url=redis_url), session="doomed") as executor:
+        turn = executor.submit(
+            [{"id": "f-hang", "name": "bash", "arguments": {"command": "sleep 60", "timeout": 120}}]
+        )
+        wait_for_event(client, "tool_execution_started", "f-hang")
+        gone = _run(env, "session", "delete", "doomed", "--force")
+        assert gone.exit_code == 0, gone.output
+        [result] = executor.collect(turn, timeout=60)
+    # Stopped by the delete, not by a fault of the tool: the model reads `cancelled`.
+    assert result.error_type is ErrorType.CANCELLED, (result.error_type, result.content)
+    assert result.content.startswith("Command cancelled and killed."), result.content

@@ -47,6 +47,7 @@ from executor._connect import (
 from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor._settings import shown_url
 from executor.cli import main
+from executor.cli._common import EXIT_REDIS
 from executor.client import Executor
 from executor.lock import RWLock
 from tests.support.ports import free_port
@@ -757,8 +758,8 @@ def test_worker_and_up_take_a_sentinel_url_and_say_when_no_primary_answers(
     url = f"redis+sentinel://:s3cret@127.0.0.1:{free_port()}/toolpool/0"
     cli = worker_command if command == "worker" else up_command
     result = CliRunner().invoke(cli, ["--redis", url, "--workspace", str(tmp_path)], env=env)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_REDIS, result.output
     # Not the embedded server: the URL is used, and the Sentinels' answer is reported.
     assert "redis+sentinel://:***@127.0.0.1:" in result.output
-    assert "does not answer (No master found for 'toolpool'" in result.output
+    assert ": No master found for 'toolpool'. Check the URL" in result.output
     assert "s3cret" not in result.output

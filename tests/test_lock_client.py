@@ -22,6 +22,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from executor import ConfigurationError, FenceError
+from executor.cli._common import EXIT_REDIS
 from executor.cli._lock import lock as lock_cli
 from executor.contract import ToolContext, Workspace
 from executor.lock import Lease, LockError, LockTimeout, LockUnavailable, OwnerInfo, RWLock
@@ -509,5 +510,5 @@ def test_cli_needs_a_redis_url_and_says_when_it_cannot_reach_it(tmp_path: Path) 
     assert "--redis" in missing.output
     gone = f"unix://{tmp_path / 'no.sock'}"
     unreachable = runner.invoke(lock_cli, ["status", "--redis", gone])
-    assert unreachable.exit_code == 1
-    assert "Cannot read the lock" in unreachable.output
+    assert unreachable.exit_code == EXIT_REDIS
+    assert f"Cannot reach Redis at {gone}: " in unreachable.output

@@ -251,7 +251,9 @@ def test_every_command_works_with_credentials_or_tls(
 
     arguments = json.dumps({"path": "b.txt", "content": "bravo"})
     called = json.loads(
-        _toolpool("call", "write_file", "--id", "sec-call-1", "--args", arguments, env=env)
+        _toolpool(
+            "call", "write_file", "--id", "sec-call-1", "--args", arguments, "--json", env=env
+        )
     )
     assert called["status"] == ToolStatus.OK.value, called
     assert (workspace / "b.txt").read_text() == "bravo"

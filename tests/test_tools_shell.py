@@ -130,7 +130,9 @@ def test_timeout_kills_the_whole_process_group(run_tool: RunTool, sandbox_mode: 
     )
 
     assert result.status is ToolStatus.ERROR
-    assert result.error_type is ErrorType.TOOL_ERROR
+    assert (
+        result.error_type is ErrorType.TIMEOUT
+    )  # bash's own time limit: a timeout, as the runner's is
     assert "timed out after 1 s" in result.content
     assert "started" in result.content  # the partial output is kept
     assert survivors(marker) == []
@@ -242,7 +244,7 @@ def test_default_timeout_comes_from_the_settings(run_tool: RunTool) -> None:
 
     result = run_tool(bash, _settings=BashSettings(default_timeout=0.5), command=f"sleep {marker}")
 
-    assert result.error_type is ErrorType.TOOL_ERROR
+    assert result.error_type is ErrorType.TIMEOUT
     assert "timed out after 0.5 s" in result.content
     assert survivors(marker) == []
 
@@ -333,7 +335,7 @@ def test_a_timeout_names_the_limit_that_held_the_command(run_tool: RunTool) -> N
         bash, _settings=settings, command=f"for i in $(seq 20); do sleep {marker} & done", timeout=2
     )
 
-    assert result.error_type is ErrorType.TOOL_ERROR
+    assert result.error_type is ErrorType.TIMEOUT
     assert "timed out after 2 s" in result.content
     assert "It had reached the limit of 5 processes" in result.content
     assert survivors(marker) == []

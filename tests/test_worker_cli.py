@@ -23,7 +23,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from executor import Settings, ToolStatus
+from executor import ErrorType, Settings, ToolStatus
+from executor.cli._common import EXIT_REDIS
 from executor.client import Executor, Sessions
 from executor.wire import read_events
 from tests.support.ports import free_port, free_port_url
@@ -243,7 +244,9 @@ def test_dashboard_service_command_serves_the_page(
 # -- bash's sandbox at start ---------------------------------------------------------------------
 
 
-def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None) -> str:
+def _worker_without_redis(
+    tmp_path: Path, *options: str, path: str | None = None, code: int = EXIT_REDIS
+) -> str:
     """``toolpool worker`` pointed at a Redis that is not there: what it says before that."""
     env = clean_env() if path is None else clean_env(PATH=path)
     result = subprocess.run(
@@ -254,18 +257,18 @@ def _worker_without_redis(tmp_path: Path, *options: str, path: str | None = None
         timeout=PATIENCE_S,
         check=False,
     )
-    assert result.returncode == 1
+    assert result.returncode == code
     assert "Traceback" not in result.stderr
     return result.stdout + result.stderr
 
 
 def test_a_required_sandbox_that_cannot_run_refuses_to_start(tmp_path: Path) -> None:
-    said = _worker_without_redis(tmp_path, "--sandbox", "required", path=str(tmp_path))
+    said = _worker_without_redis(tmp_path, "--sandbox", "required", path=str(tmp_path), code=1)
 
     assert "bash's sandbox is required" in said
     assert "bubblewrap (bwrap) is not installed" in said
     assert "apt-get install bubblewrap" in said
-    assert "does not answer" not in said  # refused before it looked for Redis
+    assert "Cannot reach Redis" not in said  # refused before it looked for Redis
 
 
 def _started_worker_says(
@@ -325,7 +328,7 @@ def test_without_bash_no_sandbox_is_needed(tmp_path: Path) -> None:
     )
 
     assert "sandbox" not in said
-    assert "does not answer" in said
+    assert "Cannot reach Redis" in said
 
 
 def test_the_start_says_which_sandbox_and_limits_bash_gets(redis_url: str, tmp_path: Path) -> None:
@@ -352,8 +355,8 @@ def test_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
         timeout=PATIENCE_S,
         check=False,
     )
-    assert result.returncode == 1
-    assert "does not answer" in result.stderr
+    assert result.returncode == EXIT_REDIS
+    assert "Cannot reach Redis at " in result.stderr
     assert url.replace("hunter2", "***") in result.stderr
     assert "hunter2" not in result.stderr
     assert "Traceback" not in result.stderr
@@ -390,8 +393,8 @@ def test_up_with_an_unreachable_redis_is_a_clean_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         up_command, ["--redis", url, "--workspace", str(tmp_path)], env=_no_env()
     )
-    assert result.exit_code == 1
-    assert f"Redis at {url} does not answer" in result.output
+    assert result.exit_code == EXIT_REDIS
+    assert f"Cannot reach Redis at {url}: " in result.output
     assert "Check the URL (--redis or TOOLPOOL_REDIS_URL)" in result.output
     # Whoever reads this is running `toolpool up`: no advice to run it.
     assert "toolpool up" not in result.output
@@ -420,7 +423,7 @@ def test_worker_without_a_workspace_is_a_usage_error(
     assert "--workspace DIR" in result.output
     assert "--sessions-root DIR" in result.output
     assert "TOOLPOOL_WORKSPACE" in result.output
-    assert "does not answer" not in result.output  # it stopped before looking for Redis
+    assert "Cannot reach Redis" not in result.output  # it stopped before looking for Redis
 
 
 def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None:
@@ -430,14 +433,14 @@ def test_worker_takes_its_workspace_from_the_environment(tmp_path: Path) -> None
         ["--redis", free_port_url()],
         env={**_no_env(), "TOOLPOOL_WORKSPACE": str(tmp_path)},
     )
-    assert result.exit_code == 1, result.output
-    assert "does not answer" in result.output  # past the workspace, on to Redis
+    assert result.exit_code == EXIT_REDIS, result.output
+    assert "Cannot reach Redis" in result.output  # past the workspace, on to Redis
 
 
 class _StubPool:
     """Stands in for the pool: the banner is printed, nothing is started."""
 
-    def run(self, on_start: Callable[[list[PoolChild]], None]) -> None:
+    def run(self, on_start: Callable[[list[PoolChild]], None], **callbacks: Any) -> None:
         on_start([])
 
 
@@ -530,3 +533,76 @@ def test_up_runs_redis_and_workers_and_ctrl_c_stops_everything(tmp_path: Path) -
     assert "toolpool up: stopped, Redis too" in output
     assert gone(int(redis_pid.group(1)))
     assert all(gone(pid) for pid in workers.values())
+
+
+def _read_line_with(process: subprocess.Popen[str], words: str, seen: list[str]) -> str:
+    """Read the process's stderr until a line holds ``words``; that line."""
+    assert process.stderr is not None
+    watchdog = threading.Timer(PATIENCE_S, process.kill)  # a silent process fails, not hangs
+    watchdog.start()
+    try:
+        while True:
+            line = process.stderr.readline()
+            assert line, f"stderr ended without {words!r}: {''.join(seen)}"
+            seen.append(line)
+            if words in line:
+                return line.rstrip("\n")
+    finally:
+        watchdog.cancel()
+
+
+@pytest.mark.proof  # Redis and a worker pool
+def test_ctrl_c_of_up_says_at_once_what_the_stop_waits_for_and_a_second_one_what_it_kills(
+    tmp_path: Path,
+) -> None:
+    process = subprocess.Popen(
+        [*TOOLPOOL, "up", "--workers", "2", "--workspace", str(tmp_path), "--grace", "90"],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    seen: list[str] = []
+    try:
+        text, _ = read_until_workers(process, 2)
+        exported = re.search(r"export TOOLPOOL_REDIS_URL=(redis://\S+)", text)
+        assert exported, text
+        with Executor(
+            settings=Settings(redis_url=exported.group(1)), wait_for_workers=PATIENCE_S
+        ) as executor:
+            turn = executor.submit(
+                [
+                    {
+                        "id": "slow",
+                        "name": "bash",
+                        "arguments": {"command": "sleep 60", "timeout": 120},
+                    }
+                ]
+            )
+            wait_for(
+                lambda: any(
+                    e.event == "tool_execution_started"
+                    for _, e in read_events(executor.client, executor.keys)
+                ),
+                "the call to start",
+            )
+            os.killpg(process.pid, signal.SIGINT)
+            # Said while the call runs on: the line comes before any result.
+            first = _read_line_with(process, "stopping:", seen)
+            assert executor.poll(turn) == [None]
+            os.killpg(process.pid, signal.SIGINT)
+            second = _read_line_with(process, "stopping now", seen)
+            (result,) = executor.collect(turn, timeout=PATIENCE_S)
+        assert process.wait(timeout=PATIENCE_S) == 0
+    finally:
+        end(process)
+    assert first == (
+        "toolpool up: stopping: finishing 1 call in flight (up to 90 s); press Ctrl-C again "
+        "to stop now (those calls answer worker_lost)"
+    )
+    assert (
+        second
+        == "toolpool up: stopping now: the workers are killed, their calls answer worker_lost"
+    )
+    assert result.error_type is ErrorType.WORKER_LOST, result.content

@@ -7,6 +7,7 @@ orchestrator's side never imports the worker side.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from importlib.metadata import entry_points
@@ -17,6 +18,7 @@ import click
 
 from executor._settings import Settings
 from executor.cli._common import (
+    EXIT_FAILED,
     connection_options,
     json_object,
     require_redis,
@@ -33,7 +35,7 @@ from executor.cli._sessions import session as session_group
 from executor.cli._timeline import timeline_command
 from executor.client import Executor, TurnError
 from executor.contract import FORMATS, SchemaFormat, ToolInfo, export_tools
-from executor.wire import ToolCall, parse_call
+from executor.wire import ToolCall, ToolResult, parse_call
 
 
 class _Toolpool(click.Group):
@@ -170,6 +172,7 @@ wait_option = click.option(
 @click.option("--args", "args_json", default="{}", show_default=True, help="Arguments as JSON.")
 @click.option("--id", "call_id", default=None, help="Call id (default: a new one).")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait for the result.")
+@click.option("--json", "as_json", is_flag=True, help="Print the ToolResult as one JSON object.")
 @wait_option
 @session_option
 @connection_options
@@ -178,12 +181,15 @@ def call_command(
     args_json: str,
     call_id: str | None,
     timeout: float | None,
+    as_json: bool,
     wait_for_workers: float,
     session: str | None,
     redis_url: str | None,
     prefix: str | None,
 ) -> None:
-    """Run one tool call on the workers and print its ToolResult as JSON (exit 1 if it failed).
+    """Run one tool call on the workers and print what it answered: the text the model
+    reads, then a line with its status, tool, call id, time and turn (--json: the whole
+    ToolResult). Exits 1 if the call answered an error.
 
     To run a call in this process, without Redis or workers, use ``toolpool exec``.
     """
@@ -193,9 +199,60 @@ def call_command(
     settings = settings_for(redis_url, prefix, session=session)
     require_redis(settings)
     with talking_to(settings), _executor(settings, wait=wait_for_workers) as executor:
-        result = executor.run([call], timeout=timeout)[0]
-    click.echo(result.model_dump_json(indent=2))
-    sys.exit(1 if result.is_error else 0)
+        result = _collected(executor, [call], timeout, announce=False)[0]
+    if as_json:
+        click.echo(result.model_dump_json(indent=2))
+    else:
+        click.echo(result.content, nl=not result.content.endswith("\n"))
+        click.echo(result_line(result))
+    _exit_for([result], "call")
+
+
+def result_line(result: ToolResult) -> str:
+    """The line under a result's text: ``-- ok  calculator  call_1  3 ms  turn T``, with
+    the error's kind and where to read a truncated output's whole."""
+    status = f"error ({result.error_type.value})" if result.error_type else result.status.value
+    parts = [f"-- {status}", result.name, result.call_id, f"{result.duration_ms:.0f} ms"]
+    if result.turn_id:
+        parts.append(f"turn {result.turn_id}")
+    line = "  ".join(parts)
+    if result.truncated:
+        line += (
+            f"\n-- truncated: {result.dropped_chars} of {result.original_chars} chars left out; "
+            f"`toolpool output {result.call_id}` prints it whole while it is kept"
+        )
+    return line
+
+
+def _collected(
+    executor: Executor, calls: list[ToolCall], timeout: float | None, *, announce: bool
+) -> list[ToolResult]:
+    """Submit a turn, say its id on stderr (``announce``), wait for its results; a turn
+    interrupted (Ctrl-C) is cancelled, so nothing of it runs on unseen."""
+    turn = executor.submit(calls)
+    if announce:
+        click.echo(f"turn {turn.turn_id}  (toolpool timeline {turn.turn_id})", err=True)
+    try:
+        return executor.collect(turn, timeout=timeout)
+    except BaseException:
+        # The collect's own error is the answer, not this clean-up's.
+        with contextlib.suppress(Exception):
+            executor.cancel(turn)
+        raise
+
+
+def _exit_for(results: list[ToolResult], command: str) -> None:
+    """Exit ``EXIT_FAILED``, saying so on stderr, when any result is an error."""
+    failed = [result for result in results if result.is_error]
+    if not failed:
+        return
+    kinds = ", ".join(
+        f"{result.call_id}: {result.error_type.value if result.error_type else 'error'}"
+        for result in failed
+    )
+    what = "the call" if len(results) == 1 else f"{len(failed)} of {len(results)} calls"
+    click.echo(f"toolpool {command}: {what} answered an error ({kinds})", err=True)
+    sys.exit(EXIT_FAILED)
 
 
 @main.command("run")
@@ -220,7 +277,8 @@ def run_command(
     prefix: str | None,
 ) -> None:
     """Run a turn: tool calls in (a JSON array or JSON lines, FILE or - for stdin), results
-    out as JSON lines, in call order.
+    out as JSON lines, in call order; the turn's id on stderr. Exits 1 if any call answered
+    an error.
 
     Calls may be {"id", "name", "arguments"}, OpenAI tool calls or Anthropic tool_use blocks.
     """
@@ -229,11 +287,12 @@ def run_command(
     require_redis(settings)
     with talking_to(settings), _executor(settings, jsonl, wait=wait_for_workers) as executor:
         try:
-            results = executor.run(calls, timeout=timeout)
+            results = _collected(executor, calls, timeout, announce=True)
         except TurnError as exc:  # e.g. two calls with one id: the input's mistake
             raise click.UsageError(str(exc)) from None
     for result in results:
         click.echo(result.model_dump_json())
+    _exit_for(results, "run")
 
 
 @main.command("output")

@@ -1,4 +1,10 @@
-"""Options and helpers shared by toolpool's commands; each option also reads an env var."""
+"""Options and helpers shared by toolpool's commands; each option also reads an env var.
+
+Every command ends with one of these exit codes: ``EXIT_OK``; ``EXIT_FAILED`` when a call
+answered an error or the command could not do what it was asked (it says why); click's 2 for
+a usage error; ``EXIT_REDIS`` when Redis cannot be reached at the URL given (one message,
+``redis_unreachable``, for every command).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,18 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from executor._connect import RedisSettings, RedisURLError
-from executor._errors import SessionError, ToolpoolError
+from executor._connect import PROBE, RedisSettings, RedisURLError, connect
+from executor._errors import RedisUnavailable, SessionError, ToolpoolError
 from executor._settings import Settings, shown_url
 from executor.wire import session_scope
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REDIS = 3
+
+# What an unreachable Redis raises (an AuthenticationError is a ConnectionError too).
+_UNREACHABLE = (redis.ConnectionError, redis.TimeoutError)
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,8 +82,9 @@ def settings_for(redis_url: str | None, prefix: str | None, **changes: Any) -> S
     return settings.with_changes(**{k: v for k, v in changes.items() if v is not None})
 
 
-def require_redis(settings: Settings) -> str:
-    """The Redis URL, or a usage error that says how to give one or what is wrong with it."""
+def require_redis(settings: Settings, *, probe: bool = True) -> str:
+    """The Redis URL, once Redis answers there (with ``probe``); else a usage error that
+    says how to give one or what is wrong with it, or ``redis_unreachable``'s error."""
     if not settings.redis.url:
         raise click.UsageError(
             "No Redis URL: pass --redis URL or set TOOLPOOL_REDIS_URL "
@@ -79,7 +94,57 @@ def require_redis(settings: Settings) -> str:
         RedisSettings.from_url(settings.redis.url)
     except RedisURLError as exc:
         raise bad_url(exc) from None
+    if probe:
+        with probing(settings.redis.url):
+            pass
     return settings.redis.url
+
+
+class RedisUnreachable(click.ClickException):
+    """Redis does not answer at the URL a command was given: exit code ``EXIT_REDIS``."""
+
+    exit_code = EXIT_REDIS
+
+
+def redis_unreachable(url: str, problem: BaseException | str) -> RedisUnreachable:
+    """The one error every command gives when Redis does not answer at ``url``: the URL
+    (no password), why, and where the URL came from."""
+    if isinstance(problem, RedisUnavailable):  # says already where and what it was doing
+        said = str(problem)
+    else:
+        why = problem if isinstance(problem, str) else _reason(problem)
+        said = f"Cannot reach Redis at {shown_url(url)}: {why}."
+    return RedisUnreachable(
+        f"{said} Check the URL (--redis or TOOLPOOL_REDIS_URL), that Redis runs there and "
+        "that this machine can reach it."
+    )
+
+
+@contextlib.contextmanager
+def probing(url: str) -> Iterator[redis.Redis]:
+    """A client on ``url`` once Redis answered a PING there; a Redis failure inside the block
+    (or of the PING) is ``redis_unreachable``'s error."""
+    try:
+        client = connect(url, role=PROBE)
+    except RedisURLError as exc:
+        raise bad_url(exc) from None
+    except ValueError as exc:  # a URL redis-py cannot parse
+        raise click.BadParameter(str(exc), param_hint="--redis") from None
+    try:
+        client.ping()
+        yield client
+    except redis.RedisError as exc:
+        raise redis_unreachable(url, exc) from None
+    finally:
+        client.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a Redis command failed, in one line without a trailing full stop."""
+    text = str(exc).strip() or type(exc).__name__
+    # redis-py's Sentinel error goes on with the repr of its client: the first part says it.
+    text = text.splitlines()[0].split(" : <", 1)[0]
+    return text.rstrip(".")
 
 
 def bad_url(exc: RedisURLError) -> click.UsageError:
@@ -112,9 +177,12 @@ def or_fail(build: Callable[[], T]) -> T:
 
 @contextlib.contextmanager
 def talking_to(settings: Settings) -> Iterator[None]:
-    """Turn a Redis failure (or a toolpool error) inside the block into a clean CLI error."""
+    """Turn a Redis failure (or a toolpool error) inside the block into a clean CLI error:
+    Redis gone away is ``redis_unreachable``'s (exit ``EXIT_REDIS``)."""
     try:
         yield
+    except (*_UNREACHABLE, RedisUnavailable) as exc:
+        raise redis_unreachable(settings.redis.url or "", exc) from None
     except redis.RedisError as exc:
         raise click.ClickException(
             f"Cannot use Redis at {shown_url(settings.redis.url or '')}: {exc}"

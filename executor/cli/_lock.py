@@ -9,6 +9,7 @@ from executor._connect import STANDARD, connect
 from executor._settings import shown_url
 from executor.cli._common import (
     connection_options,
+    redis_unreachable,
     require_redis,
     scope_of,
     session_option,
@@ -92,6 +93,8 @@ def status(
     rwlock, url = _open(redis_url, scope, prefix, session)
     try:
         snapshot = rwlock.status()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise redis_unreachable(url, exc) from None
     except redis.RedisError as exc:
         raise click.ClickException(f"Cannot read the lock at {shown_url(url)}: {exc}") from None
     click.echo(snapshot.model_dump_json(indent=2) if as_json else format_status(snapshot))
@@ -109,6 +112,8 @@ def release(
     rwlock, url = _open(redis_url, scope, prefix, session)
     try:
         ended = rwlock.force_release(token)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise redis_unreachable(url, exc) from None
     except redis.RedisError as exc:
         raise click.ClickException(f"Cannot reach the lock at {shown_url(url)}: {exc}") from None
     if not ended:

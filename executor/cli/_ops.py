@@ -14,7 +14,13 @@ from executor._connect import FOLLOWER, STANDARD, connect
 from executor._errors import SessionError
 from executor._pool_state import snapshot
 from executor._settings import Settings, shown_url
-from executor.cli._common import connection_options, require_redis, session_option, settings_for
+from executor.cli._common import (
+    connection_options,
+    redis_unreachable,
+    require_redis,
+    session_option,
+    settings_for,
+)
 from executor.wire import (
     Event,
     Keys,
@@ -125,6 +131,8 @@ def events_command(
                 show([item])
     except KeyboardInterrupt:
         pass
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise redis_unreachable(settings.redis.url or "", exc) from None
     except redis.RedisError as exc:
         raise click.ClickException(
             f"Cannot read events from {shown_url(settings.redis.url or '')}: {exc}"
@@ -191,14 +199,16 @@ def _print_status(report: dict[str, Any]) -> None:
 
 
 def _event_line(item: Event) -> str:
-    """One event for a person: local times with milliseconds, no field that holds None."""
+    """One event for a person: local times with milliseconds, its call and turn (for
+    ``toolpool timeline``), no field that holds None."""
     extra = " ".join(
         f"{key}={_shown(key, value)}"
         for key, value in item.data.items()
         if key != "arguments" and value is not None
     )
     call = f"call={item.call_id}" if item.call_id else ""
-    parts = [_clock(item.ts), f"{item.event:22}", f"{item.tool:14}", call, item.worker, extra]
+    turn = f"turn={item.turn_id}" if item.turn_id else ""
+    parts = [_clock(item.ts), f"{item.event:22}", f"{item.tool:14}", call, turn, item.worker, extra]
     return " ".join(part for part in parts if part).rstrip()
 
 

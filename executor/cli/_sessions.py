@@ -132,12 +132,35 @@ def show_command(name: str, as_json: bool, redis_url: str | None, prefix: str | 
         info = sessions.get(name)
         lock = sessions.lock_status(name)
         live = info.host in sessions.hosts()
-    report = _as_json(info, lock, live)
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json.dumps(_as_json(info, lock, live), indent=2))
         return
-    for key, value in report.items():
-        click.echo(f"{key:12} {value}")
+    for key, value in _shown(info, lock, live):
+        click.echo(f"{key:12} {value}".rstrip())
+
+
+def _shown(info: SessionInfo, lock: LockStatus, live: bool) -> list[tuple[str, str]]:
+    """``session show``'s lines for a person: times as local ISO times with their age, the
+    size in units (or when it is not counted yet), the environment's names."""
+    size = "unknown (not counted yet)" if info.size_bytes is None else _size(info.size_bytes)
+    if info.size_bytes is not None and info.size_at is not None:
+        size += f" (counted {_ago(info.size_at)})"
+    ttl = "never expires" if info.idle_ttl <= 0 else f"{_duration(info.idle_ttl)} without a call"
+    return [
+        ("name", info.name),
+        ("host", info.host + ("" if live else " (no live worker)")),
+        ("state", info.state),
+        ("created", _when(info.created_at)),
+        ("last used", _when(info.last_used)),
+        ("calls", f"{info.calls} ({info.pending} waiting or running)"),
+        ("idle ttl", ttl),
+        ("expires", "never" if info.expires_at is None else _when(info.expires_at)),
+        ("size", size),
+        ("template", info.template or "none (created empty)"),
+        ("cwd", info.cwd),
+        ("env", ", ".join(sorted(info.env)) or "none set"),
+        ("lock", _holder(lock)),
+    ]
 
 
 @session.command("delete")
@@ -201,23 +224,38 @@ def _holder(lock: LockStatus) -> str:
 
 
 def _size(size: int | None) -> str:
+    """Bytes in decimal units, as ``du --si`` and file managers say them: ``12.3 KB``."""
     if size is None:
         return "-"
     value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
+        value /= 1000
+    return f"{value:.1f} TB"
+
+
+def _duration(seconds: float) -> str:
+    """A span of time in the unit a person reads it in: ``45 s``, ``12 min``, ``3.5 h``,
+    ``2.0 days``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
 
 
 def _ago(ts: float) -> str:
-    seconds = max(0.0, time.time() - ts)
-    if seconds < 120:
-        return f"{seconds:.0f} s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
+    return _duration(max(0.0, time.time() - ts)) + " ago"
+
+
+def _when(ts: float) -> str:
+    """An epoch time as a local ISO time, with how long ago (or how soon) it is."""
+    at = datetime.datetime.fromtimestamp(ts).isoformat(sep=" ", timespec="seconds")
+    ahead = ts - time.time()
+    return f"{at} ({'in ' + _duration(ahead) if ahead > 0 else _ago(ts)})"
 
 
 def _expires(info: SessionInfo) -> str:

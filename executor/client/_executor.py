@@ -614,19 +614,29 @@ def take_fresh(turn: Turn | str) -> bool:
 
 
 def in_call_order(plan: TurnPlan, results: dict[str, ToolResult]) -> list[ToolResult]:
-    """One result per call of the turn, in call order: answered ones from the plan."""
+    """One result per call of the turn, in call order: answered ones from the plan; each
+    names the turn (``turn_id``)."""
     return [
-        plan.answered[index] if index in plan.answered else results[call_id]
+        _of_turn(plan, plan.answered[index] if index in plan.answered else results[call_id])
         for index, call_id in enumerate(plan.call_ids)
     ]
 
 
 def so_far(plan: TurnPlan, results: dict[str, ToolResult]) -> list[ToolResult | None]:
     """``in_call_order`` for a turn still running: ``None`` for a call without a result."""
-    return [
+    found = [
         plan.answered[index] if index in plan.answered else results.get(call_id)
         for index, call_id in enumerate(plan.call_ids)
     ]
+    return [None if result is None else _of_turn(plan, result) for result in found]
+
+
+def _of_turn(plan: TurnPlan, result: ToolResult) -> ToolResult:
+    """``result`` naming its turn. Set here, where results are handed back, and not where
+    they are stored: a stored result stays readable by a worker of an older version."""
+    if result.turn_id == plan.turn_id:
+        return result
+    return result.model_copy(update={"turn_id": plan.turn_id})
 
 
 def _plan(

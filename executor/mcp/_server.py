@@ -12,6 +12,11 @@ When the pool's tools change (a worker with other tools joins, the last one serv
 leaves), clients that can hear it get ``notifications/tools/list_changed`` (``ToolsWatch``), and
 the server declares ``tools.listChanged`` in both protocol eras.
 
+The workspace's files are its read-only resources (``resources/list``, paged, and
+``resources/read``, each answered with ``list_directory`` and ``read_file`` calls on the pool:
+``_resources``), and it declares ``logging``: a client that set a level hears its calls' events
+and the server's own log records (``_logging``).
+
 The orchestrator's ``Executor`` is not shared between threads: each call borrows one from a
 small pool (``ExecutorPool``) and gives it back.
 """
@@ -20,28 +25,44 @@ from __future__ import annotations
 
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp_types.jsonrpc import INTERNAL_ERROR
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
 from executor.client import Executor, Sessions, Turn
 from executor.client._async import ExecutorPool
 from executor.contract import ToolInfo
+from executor.mcp import _resources
+from executor.mcp._logging import (
+    CallEvents,
+    ClientLevels,
+    Level,
+    RecordRelay,
+    send_call_lines,
+)
 from executor.mcp._policy import ServerPolicy
+from executor.mcp._resources import Resources
 from executor.mcp._watch import ToolsWatch
 from executor.wire import ToolCall, ToolResult
 
 NAME = "toolpool"
+_T = TypeVar("_T")
 # How often a waiting call tells the client it is still waiting (if it asked for progress).
 _PROGRESS_S = 1.0
+# After a call's result, how long its last event (written with the result) may take to be
+# read off the events stream and sent, for a client that hears the call's log lines.
+_LAST_LINES_S = 2.0
 
 
 def mcp_tool(info: ToolInfo) -> types.Tool:
@@ -94,6 +115,7 @@ class PoolServer:
         session: str | None = None,
         session_per_client: bool = False,
         policy: ServerPolicy | None = None,
+        resources_page: int = _resources.PAGE_SIZE,
     ) -> None:
         if session is not None and session_per_client:
             raise ValueError("name one session, or ask for one per client; not both")
@@ -108,16 +130,33 @@ class PoolServer:
             lambda: Executor(settings=settings, session=session, check=rules.refusal)
         )
         self.watch = ToolsWatch(settings)
-        self.server: Server[Any] = _ListChangedServer(
-            NAME,
-            version=_version(),
-            instructions="Tools run on a toolpool worker pool: reads run together, writes "
-            "and shell commands one at a time; long results come back cut, with a note.",
-            lifespan=self._lifespan,
-            on_list_tools=self._list_tools,
-            on_call_tool=self._call_tool,
-            on_subscriptions_listen=self.watch.listen,
-        )
+        self.levels = ClientLevels()
+        self.calls = CallEvents(settings)
+        self.relay = RecordRelay(self.levels)
+        self.resources_page = resources_page
+        resources: dict[str, Any] = {}
+        if self._offers_resources():
+            resources = {
+                "on_list_resources": self._list_resources,
+                "on_list_resource_templates": self._list_resource_templates,
+                "on_read_resource": self._read_resource,
+            }
+        with warnings.catch_warnings():
+            # Logging is deprecated by the 2026-07-28 protocol (a request's _meta asks for
+            # lines instead), but the 2025 handshake's clients set their level this way.
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
+            self.server: Server[Any] = _ListChangedServer(
+                NAME,
+                version=_version(),
+                instructions="Tools run on a toolpool worker pool: reads run together, writes "
+                "and shell commands one at a time; long results come back cut, with a note.",
+                lifespan=self._lifespan,
+                on_list_tools=self._list_tools,
+                on_call_tool=self._call_tool,
+                on_subscriptions_listen=self.watch.listen,
+                on_set_logging_level=self._set_level,
+                **resources,
+            )
         self.server.add_notification_handler(
             "notifications/initialized", types.NotificationParams, self._client_ready
         )
@@ -127,8 +166,13 @@ class PoolServer:
 
     @asynccontextmanager
     async def _lifespan(self, server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
-        """The server's life (stdio: the connection's; HTTP: the app's): the tools watched."""
-        async with self.watch.running():
+        """The server's life (stdio: the connection's; HTTP: the app's): the tools watched,
+        the calls' events followed for clients that want their log lines, the server's own
+        log records relayed."""
+        async with AsyncExitStack() as stack:
+            await stack.enter_async_context(self.watch.running())
+            await stack.enter_async_context(self.calls.running())
+            await stack.enter_async_context(self.relay.running())
             yield {}
 
     async def _client_ready(
@@ -172,6 +216,7 @@ class PoolServer:
     ) -> types.CallToolResult:
         call = ToolCall(name=params.name, arguments=params.arguments or {})
         submitted: list[Turn] = []
+        floor = self.levels.floor(ctx, _log_client(ctx))
 
         def run_turn(executor: Executor, session: str | None) -> list[ToolResult]:
             # Submit and collect on one thread: one hop from the loop per call, not two.
@@ -182,7 +227,8 @@ class PoolServer:
         with self.executors.borrow() as executor:
             try:
                 session = await self._session_of(ctx)
-                results = await self._wait(ctx, lambda: run_turn(executor, session))
+                async with self._call_lines(ctx, call.id, floor):
+                    results = await self._wait(ctx, lambda: run_turn(executor, session))
             except ToolpoolError as exc:
                 # Refused before it reached the pool (no worker, an unknown session...).
                 return types.CallToolResult(
@@ -195,6 +241,82 @@ class PoolServer:
                         await anyio.to_thread.run_sync(lambda: executor.cancel(submitted[0]))
                 raise
         return mcp_result(results[0])
+
+    @asynccontextmanager
+    async def _call_lines(
+        self, ctx: ServerRequestContext[Any], call_id: str, floor: Level | None
+    ) -> AsyncIterator[None]:
+        """While inside, the call's events go to the client as log lines at ``floor`` and
+        above, on the call's own response (nothing without a floor)."""
+        if floor is None:
+            yield
+            return
+        related = None if ctx.request_id is None else str(ctx.request_id)
+
+        async def send(line: types.LoggingMessageNotification) -> None:
+            await ctx.session.send_notification(line, related_request_id=related)
+
+        async with self.calls.watching(call_id) as events, anyio.create_task_group() as group:
+            ended = anyio.Event()
+            started = anyio.Event()
+
+            async def forward() -> None:
+                await send_call_lines(events, floor, send, started=started)
+                ended.set()
+
+            group.start_soon(forward)
+            try:
+                yield
+                if started.is_set():
+                    # Its last event is written with its result: wait for it to be read.
+                    with anyio.move_on_after(_LAST_LINES_S):
+                        await ended.wait()
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _set_level(
+        self, ctx: ServerRequestContext[Any], params: types.SetLevelRequestParams
+    ) -> types.EmptyResult:
+        """A handshake-era client's ``logging/setLevel``: its lines from now on."""
+        self.levels.set(_log_client(ctx), ctx.session, params.level)
+        return types.EmptyResult()
+
+    def _offers_resources(self) -> bool:
+        """Whether the policy lets clients call the tools resources are read with."""
+        rules = self.policy
+        return all(
+            (rules.allow is None or name in rules.allow) and name not in rules.deny
+            for name in _resources.NEEDED
+        )
+
+    async def _resources(self, ctx: ServerRequestContext[Any]) -> Resources:
+        """The resources as this request's client sees them: its session's workspace."""
+        session = await self._session_of(ctx)
+
+        def run(call: ToolCall) -> ToolResult:
+            with self.executors.borrow() as executor:
+                return executor.run([call], session=session)[0]
+
+        return Resources(run, page_size=self.resources_page)
+
+    async def _list_resources(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        resources = await self._resources(ctx)
+        cursor = None if params is None else params.cursor
+        return await _answered(lambda: resources.list_page(cursor))
+
+    async def _list_resource_templates(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(resource_templates=[_resources.template()])
+
+    async def _read_resource(
+        self, ctx: ServerRequestContext[Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        _resources.path_of(params.uri)  # a URI not ours is refused before any call
+        resources = await self._resources(ctx)
+        return await _answered(lambda: resources.read(params.uri))
 
     async def _wait(
         self, ctx: ServerRequestContext[Any], work: Callable[[], list[ToolResult]]
@@ -232,6 +354,24 @@ class PoolServer:
             finally:
                 done.set()
         return results
+
+
+async def _answered(work: Callable[[], _T]) -> _T:
+    """``work`` run on a thread; a pool that cannot be reached (no worker, Redis away) is
+    the request's error, saying so."""
+    try:
+        return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except ToolpoolError as exc:
+        raise MCPError(INTERNAL_ERROR, str(exc)) from None
+
+
+def _log_client(ctx: ServerRequestContext[Any]) -> str:
+    """Whose log level a request's lines follow: over HTTP its MCP session id (none: the
+    requests without one share a level), over stdio the one client."""
+    headers = getattr(ctx.request, "headers", None)
+    if headers is None:
+        return "stdio"
+    return str(headers.get("mcp-session-id") or "")
 
 
 def _client_of(ctx: ServerRequestContext[Any]) -> str:

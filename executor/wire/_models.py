@@ -73,7 +73,12 @@ class ToolCall(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """The outcome of one call, with ``content`` exactly as the model will see it."""
+    """The outcome of one call, with ``content`` exactly as the model will see it.
+
+    ``turn_id`` names the turn the call ran in (for ``toolpool timeline``/``events --turn``);
+    the client sets it on every result it hands back. Results stored without it (by workers,
+    or by an older version) read as ``None``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -88,6 +93,7 @@ class ToolResult(BaseModel):
     error_type: ErrorType | None = None
     error_message: str | None = None
     duration_ms: float = 0.0
+    turn_id: str | None = None
 
     @property
     def is_error(self) -> bool:

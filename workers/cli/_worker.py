@@ -15,14 +15,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import redis
 
-from executor._connect import PROBE, RedisURLError, connect
 from executor._settings import Settings, SettingsGroup, shown_url
 from executor.cli._common import (
-    bad_url,
     connection_options,
     or_fail,
+    probing,
     require_redis,
     settings_for,
 )
@@ -218,12 +216,12 @@ def worker_command(
         host=host,
         serve_pool_calls=workspace is not None,
     )
-    url = require_redis(settings)
+    url = require_redis(settings, probe=False)  # probed below, once the input is checked
     _check_names(settings)
     served = _served(tool_specs, read_only, disabled_tools)
     settings = _with_tool_settings(settings, served, sandbox, bash_network)
     sandbox_report = _check_sandbox(settings, served)
-    _check_redis(url, _WORKER_HINT, replicas=settings.redis.replicas)
+    _check_redis(url, replicas=settings.redis.replicas)
     _setup_logging(log_level)
     pool = _build_pool(url, settings, workers, served, fork, log_level, grace)
     where = []
@@ -240,7 +238,7 @@ def worker_command(
     )
     click.echo(f"toolpool worker: {served.describe()}")
     _print_sandbox(sandbox_report, "toolpool worker")
-    pool.run(on_start=_print_children)
+    _run_pool(pool, "toolpool worker")
     click.echo("toolpool worker: stopped")
 
 
@@ -290,7 +288,7 @@ def up_command(
     _setup_logging(log_level)
     server: RedisServer | None = None
     if settings.redis.url:
-        _check_redis(settings.redis.url, _UP_HINT, replicas=settings.redis.replicas)
+        _check_redis(settings.redis.url, replicas=settings.redis.replicas)
         url = settings.redis.url
         click.echo(f"toolpool up: Redis at {shown_url(url)}")
     else:
@@ -316,7 +314,7 @@ def up_command(
         if server is not None:
             click.echo("Point orchestrators at this Redis:")
             click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
-        pool.run(on_start=_print_children)
+        _run_pool(pool, "toolpool up")
     finally:
         if server is not None:
             server.stop()
@@ -448,32 +446,13 @@ def _check_names(settings: Settings) -> None:
         raise click.UsageError(str(exc)) from None
 
 
-# What to check when the Redis URL does not answer, for each command.
-_WORKER_HINT = (
-    "Check the URL (--redis or TOOLPOOL_REDIS_URL) and that Redis runs there; on one machine, "
-    "`toolpool up` starts a private Redis with its own workers."
-)
-_UP_HINT = (
-    "Check the URL (--redis or TOOLPOOL_REDIS_URL), that Redis runs there and that this "
-    "machine can reach it."
-)
-
-
-def _check_redis(url: str, hint: str, *, replicas: int = 0) -> None:
-    """Redis answers at ``url``; and a warning if fewer replicas are connected than every
-    acknowledged write waits for (a replica may still be starting: not refused)."""
+def _check_redis(url: str, *, replicas: int = 0) -> None:
+    """Redis answers at ``url`` (else the error every command gives); and a warning if fewer
+    replicas are connected than every acknowledged write waits for (a replica may still be
+    starting: not refused)."""
     shown = shown_url(url)
-    try:
-        client = connect(url, role=PROBE)
-    except RedisURLError as exc:
-        raise bad_url(exc) from None
-    try:
-        client.ping()
+    with probing(url) as client:
         connected = int(client.info("replication").get("connected_slaves", 0)) if replicas else 0
-    except redis.RedisError as exc:
-        raise click.ClickException(f"Redis at {shown} does not answer ({exc}). {hint}") from None
-    finally:
-        client.close()
     if connected < replicas:
         click.echo(
             f"toolpool: warning: TOOLPOOL_REDIS_REPLICAS={replicas}, but the primary at {shown} "
@@ -495,6 +474,35 @@ def _mode(fork: bool, workers: int) -> str:
 
 def _setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+
+
+def _run_pool(pool: WorkerPool, who: str) -> None:
+    """Serve until SIGINT/SIGTERM, saying at once what the stop does: the wait for the
+    calls in flight is silent otherwise, and a second Ctrl-C, pressed to hurry it, kills
+    them."""
+
+    def stopping(calls: int | None) -> None:
+        if calls == 0:
+            click.echo(f"{who}: stopping: no call in flight", err=True)
+            return
+        running = "the calls in flight" if calls is None else _calls(calls) + " in flight"
+        click.echo(
+            f"{who}: stopping: finishing {running} (up to {pool.grace:g} s); press Ctrl-C "
+            "again to stop now (those calls answer worker_lost)",
+            err=True,
+        )
+
+    def hurry() -> None:
+        click.echo(
+            f"{who}: stopping now: the workers are killed, their calls answer worker_lost",
+            err=True,
+        )
+
+    pool.run(on_start=_print_children, on_stopping=stopping, on_hurry=hurry)
+
+
+def _calls(count: int) -> str:
+    return "1 call" if count == 1 else f"{count} calls"
 
 
 def _print_children(children: list[PoolChild]) -> None:

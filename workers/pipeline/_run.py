@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from executor import FenceError, ToolError
+from executor import FenceError, ToolCancelledError, ToolError, ToolTimeoutError
 from executor import _texts as texts
 from executor.contract import Tool, ToolContext
 from executor.wire import ErrorType, ToolResult
@@ -81,8 +81,14 @@ def run(state: CallState) -> ToolResult:
         )
     keep = state.keep_full_output
     if outcome.error is not None:
+        lost = state.held is not None and state.held.lost
         return finish(
-            call, tool, state.settings, state.started, *_classify(tool, outcome.error), keep=keep
+            call,
+            tool,
+            state.settings,
+            state.started,
+            *_classify(tool, outcome.error, lease_lost=lost),
+            keep=keep,
         )
     return finish(
         call, tool, state.settings, state.started, None, _to_text(outcome.value), keep=keep
@@ -102,9 +108,15 @@ def _invoke(tool: Tool, context: ToolContext, arguments: dict[str, Any], out: _O
         out.error = exc
 
 
-def _classify(tool: Tool, error: BaseException) -> tuple[ErrorType, str]:
+def _classify(tool: Tool, error: BaseException, *, lease_lost: bool) -> tuple[ErrorType, str]:
+    """The error kind of what a tool raised. A tool stopped by a lost lease (the loss sets
+    the cancel flag) stays a ``tool_error``: ``restate`` says it as the lock's loss."""
     if isinstance(error, FenceError):
         return ErrorType.LOCK_LOST, str(error)
+    if isinstance(error, ToolTimeoutError):
+        return ErrorType.TIMEOUT, str(error)
+    if isinstance(error, ToolCancelledError) and not lease_lost:
+        return ErrorType.CANCELLED, str(error)
     if isinstance(error, ToolError):
         return ErrorType.TOOL_ERROR, str(error)
     return ErrorType.UNEXPECTED_ERROR, texts.tool_crashed(tool.name, error)

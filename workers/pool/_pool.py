@@ -188,8 +188,19 @@ class WorkerPool:
         self._hurry = self._hurry or hurry
         self._stop_requested = True
 
-    def stop(self, grace: float | None = None) -> None:
-        """Stop every child: SIGTERM, up to ``grace`` s (default ``self.grace``), SIGKILL."""
+    def calls_in_flight(self) -> int | None:
+        """How many calls the live children run now; None if Redis could not say."""
+        alive = [c.name for c in self.children if c.alive]
+        try:
+            return self._reaper.calls_running(alive)
+        except redis.RedisError:
+            return None
+
+    def stop(
+        self, grace: float | None = None, *, on_hurry: Callable[[], None] | None = None
+    ) -> None:
+        """Stop every child: SIGTERM, up to ``grace`` s (default ``self.grace``), SIGKILL;
+        ``on_hurry()`` is told if a second signal cuts the wait short."""
         self._stop_requested = True
         self._halt.set()
         if self._thread is not None:
@@ -201,7 +212,11 @@ class WorkerPool:
             _send(slot, signal.SIGTERM)
         deadline = time.monotonic() + limit
         while any(s.process.poll() is None for s in running if s.process is not None):
-            if self._hurry or time.monotonic() >= deadline:
+            if self._hurry:
+                if on_hurry is not None:
+                    on_hurry()
+                break
+            if time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
         for slot in running:
@@ -219,11 +234,19 @@ class WorkerPool:
                 self._bury(slot)
         self._reaper.close()
 
-    def run(self, *, on_start: Callable[[list[PoolChild]], None] | None = None) -> int:
+    def run(
+        self,
+        *,
+        on_start: Callable[[list[PoolChild]], None] | None = None,
+        on_stopping: Callable[[int | None], None] | None = None,
+        on_hurry: Callable[[], None] | None = None,
+    ) -> int:
         """Start, serve until SIGINT/SIGTERM or ``request_stop()``, stop; return 0.
 
         A second SIGINT/SIGTERM while stopping kills the children at once. Signal handlers
-        are installed only when called from the main thread.
+        are installed only when called from the main thread. ``on_stopping(calls)`` is told
+        as the stop begins, with the calls in flight (None if Redis could not say);
+        ``on_hurry()`` when a second signal ends the wait for them.
         """
         previous: dict[signal.Signals, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -237,7 +260,9 @@ class WorkerPool:
                 # Sleeping in short steps: a signal handler only sets a flag.
                 time.sleep(0.05)
             log.info("toolpool: stopping %d workers (grace %g s)", len(self._slots), self.grace)
-            self.stop()
+            if on_stopping is not None:
+                on_stopping(self.calls_in_flight())
+            self.stop(on_hurry=on_hurry)
         finally:
             for stop_signal, handler in previous.items():
                 signal.signal(stop_signal, handler)

@@ -121,6 +121,13 @@ class Reaper:
             return False
         return found is not None and death is None and int(found) == pid
 
+    def calls_running(self, names: list[str]) -> int:
+        """How many of the workers ``names`` have a call in flight, as their claims record."""
+        if not names:
+            return 0
+        current = self._client.mget([self._keys.worker_current(name) for name in names])
+        return sum(1 for raw in current if raw is not None)
+
     def bury(self, dead: DeadChild) -> bool:
         """Clean up after ``dead``; False if Redis failed (every step may simply be redone)."""
         # First the processes: nothing the child started may run on once its lock is freed.

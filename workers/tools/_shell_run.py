@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from executor import FenceError, ToolError
+from executor import FenceError, ToolCancelledError, ToolError, ToolTimeoutError
 from executor import _texts as texts
 from executor.contract import ToolContext
 from workers.tools._confine import Confinement
@@ -141,7 +141,7 @@ class ShellRun:
                 # runs into the time limit: say which limit held it.
                 reached = self._limits_reached(0)
                 also = f" It had reached {_limit_names(reached)}." if reached else ""
-                raise ToolError(
+                raise ToolTimeoutError(
                     self._report(
                         f"Command timed out after {limit:g} s; it and every process it started "
                         f"were killed.{also} Output so far:"
@@ -151,7 +151,9 @@ class ShellRun:
                 )
             if ctx.cancelled.is_set():
                 self._stop_group()
-                raise ToolError(self._report("Command cancelled and killed. Output so far:"))
+                raise ToolCancelledError(
+                    self._report("Command cancelled and killed. Output so far:")
+                )
             if self.confinement is not None and self.confinement.cpu_over():
                 self._stop_group()
                 raise ToolError(

@@ -26,7 +26,7 @@ from typing import Annotated
 import bracex
 from pydantic import Field
 
-from executor import ToolError
+from executor import ToolCancelledError, ToolError, ToolTimeoutError
 from executor.contract import ToolContext, tool
 from workers.tools._glob_pattern import MAX_ALTERNATIVES, GlobMatcher, GlobStates
 from workers.tools._grep_proc import (
@@ -181,9 +181,9 @@ def grep(
     try:
         found = _search(pattern, base, shown, ctx, is_dir=is_dir, budget=budget)
     except SearchOverBudget as exc:
-        raise ToolError(_over_budget_message(pattern, exc)) from None
+        raise ToolTimeoutError(_over_budget_message(pattern, exc)) from None
     except SearchCancelled:
-        raise ToolError("grep was cancelled before it finished.") from None
+        raise ToolCancelledError("grep was cancelled before it finished.") from None
     except SearchFailed as exc:
         raise ToolError(f"grep failed: {exc}. Try again, or narrow the path.") from None
     if not is_dir and found.binary:

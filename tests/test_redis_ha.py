@@ -149,9 +149,13 @@ def test_with_two_replicas_the_new_primary_has_a_replica_at_once(tmp_path: Path)
             FAULTS[fault](ha)
             assert ha.primary_port != old
             assert _first_replicas(ha) - {old}, fault
-        primary = ha.raw(ha.primary_port)
-        _write(primary, 0, _KEYS)
-        ha.lagging_failover(freeze_s=1.0, while_frozen=lambda: _write(primary, _KEYS, 2 * _KEYS))
+        # Settled first, and the frozen writes go to the primary the fault acts on: on a busy
+        # machine Sentinel may have moved the primary again after the last fault.
+        ha.wait_ready()
+        _write(ha.raw(ha.primary_port), 0, _KEYS)
+        ha.lagging_failover(
+            freeze_s=1.0, while_frozen=lambda: _write(ha.raw(ha.primary_port), _KEYS, 2 * _KEYS)
+        )
         after = _count(ha.raw(ha.primary_port))
         assert _KEYS <= after < 2 * _KEYS, f"{after} keys after the promotion"
         ha.wait_ready()

@@ -157,7 +157,7 @@ def test_a_timeout_ends_what_the_command_started(
 
     result = _run(settings, "a", f"setsid sleep {marker} & sleep {marker}", timeout=2)
 
-    assert result.error_type is ErrorType.TOOL_ERROR
+    assert result.error_type is ErrorType.TIMEOUT, result.content
     assert "timed out after 2 s" in result.content
     assert survivors(marker) == []
 

@@ -114,7 +114,8 @@ def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
 
 def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
     """The calls that ended among ``events``, oldest first: tool, status, duration, lock wait,
-    truncated, worker."""
+    run time, truncated, worker. ``duration_ms`` counts the wait for the lock; ``run_ms`` is
+    the duration without it (all of it for a call that took no lock)."""
     waits: dict[str, float] = {}
     calls = []
     for item in events:
@@ -130,12 +131,22 @@ def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
                     "error_type": item.data.get("error_type"),
                     "duration_ms": item.data.get("duration_ms"),
                     "lock_wait_ms": waits.get(item.call_id),
+                    "run_ms": _run_ms(item.data.get("duration_ms"), waits.get(item.call_id)),
                     "truncated": item.data.get("truncated"),
                     "worker": item.worker,
                     "ts": item.ts,
                 }
             )
     return calls
+
+
+def _run_ms(duration_ms: Any, waited_ms: float | None) -> float | None:
+    """A call's time under its lock: its duration without the wait for the lock."""
+    if not isinstance(duration_ms, (int, float)):
+        return None
+    if waited_ms is None:
+        return float(duration_ms)
+    return round(max(0.0, float(duration_ms) - waited_ms), 3)
 
 
 def _records(

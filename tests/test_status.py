@@ -1,5 +1,5 @@
 """``toolpool status`` for a person: every worker (session workers too), waiters in words,
-and the one unreachable-Redis message when Redis goes away in the middle."""
+and the one unreachable-Redis message when Redis goes away in the middle (of `timeline` too)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from click.testing import CliRunner, Result
 from executor import Executor, Settings
 from executor._pool_state import snapshot
 from executor.cli import _ops as ops
+from executor.cli import _timeline as timeline_cli
 from executor.cli import main
 from executor.cli._common import EXIT_REDIS
 from executor.lock import OwnerInfo, RWLock
 from executor.lock._keeper import LeaseKeeper
+from executor.wire import read_events
 from tests.support.procs import MakeWorkers, running_pool
 from tests.support.waiting import PATIENCE_S, wait_for
 from workers._embedded_redis import RedisServer
@@ -131,3 +133,22 @@ def test_session_workers_are_listed_and_labelled_with_their_session(
             finally:
                 go.touch()
             executor.collect(turn, timeout=PATIENCE_S)
+
+
+def test_redis_gone_before_the_timeline_is_read_is_the_unreachable_message_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = RedisServer(tcp=True)
+    server.start()
+
+    def redis_goes_away(*args: Any, **kwargs: Any) -> Any:
+        server.stop()  # after the command's probe, before its reads
+        return read_events(*args, **kwargs)
+
+    monkeypatch.setattr(timeline_cli, "read_events", redis_goes_away)
+    try:
+        gone = CliRunner().invoke(main, ["timeline", "t1", "--redis", server.tcp_url])
+    finally:
+        server.stop()
+    assert gone.exit_code == EXIT_REDIS, gone.output
+    assert "Cannot reach Redis at" in gone.output

@@ -1,8 +1,9 @@
 """What a pool is doing now, read from Redis in one pass: for ``toolpool status`` and the
 dashboard.
 
-The queue (depth, calls waiting on an earlier batch, running, failed jobs), the workers (host,
-pid, state, the call each runs, last heartbeat), the sessions, one lock scope (holders, queue,
+The queue (depth, calls waiting on an earlier batch, running, failed jobs), the workers of the
+queue and of its hosts' session queues (host, pid, state, what each serves, the call each runs
+and its session, last heartbeat), the sessions, one lock scope (holders, queue,
 counters), and the recent calls and failures from the events.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from rq import Queue
 
 from executor._errors import SessionError
 from executor._rq.jobs import call_queue, named_queue
@@ -22,6 +24,7 @@ from executor.wire import (
     Event,
     Keys,
     SessionStore,
+    WorkerCatalog,
     check_session_name,
     read_entries,
     read_events,
@@ -65,6 +68,8 @@ def snapshot(
         }
     if events is None:
         events = [item for _, item in newest_events(client, keys)]
+    entries = read_entries(client, keys)
+    records = _records(client, keys, queue, entries, hosts=about is None)
     counts = queue_counts(queue)
     return {
         **({"session": about} if about is not None else {}),
@@ -75,7 +80,7 @@ def snapshot(
             "running": counts.started,
             "failed_jobs": counts.failed,
         },
-        "workers": _workers(client, keys, worker_records(queue), _served(client, keys)),
+        "workers": _workers(client, keys, records, entries),
         "lock": RWLock(client, scope, keys=keys).status().model_dump(mode="json"),
         "recent_failures": [item.model_dump(mode="json") for item in events if _failed(item)][
             -recent:
@@ -109,7 +114,8 @@ def sessions(client: redis.Redis, settings: Settings) -> list[dict[str, Any]]:
 
 def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
     """The calls that ended among ``events``, oldest first: tool, status, duration, lock wait,
-    truncated, worker."""
+    run time, truncated, worker. ``duration_ms`` counts the wait for the lock; ``run_ms`` is
+    the duration without it (all of it for a call that took no lock)."""
     waits: dict[str, float] = {}
     calls = []
     for item in events:
@@ -125,6 +131,7 @@ def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
                     "error_type": item.data.get("error_type"),
                     "duration_ms": item.data.get("duration_ms"),
                     "lock_wait_ms": waits.get(item.call_id),
+                    "run_ms": _run_ms(item.data.get("duration_ms"), waits.get(item.call_id)),
                     "truncated": item.data.get("truncated"),
                     "worker": item.worker,
                     "ts": item.ts,
@@ -133,20 +140,55 @@ def recent_calls(events: list[Event]) -> list[dict[str, Any]]:
     return calls
 
 
-def _served(client: redis.Redis, keys: Keys) -> dict[str, list[str]]:
-    """The tools each live worker publishes, by worker name."""
-    entries = read_entries(client, keys)
-    return {entry.worker: [tool.name for tool in entry.tools] for entry in entries}
+def _run_ms(duration_ms: Any, waited_ms: float | None) -> float | None:
+    """A call's time under its lock: its duration without the wait for the lock."""
+    if not isinstance(duration_ms, (int, float)):
+        return None
+    if waited_ms is None:
+        return float(duration_ms)
+    return round(max(0.0, float(duration_ms) - waited_ms), 3)
+
+
+def _records(
+    client: redis.Redis, keys: Keys, queue: Queue, entries: list[WorkerCatalog], *, hosts: bool
+) -> list[WorkerRecord]:
+    """The workers of ``queue`` and, with ``hosts``, of every host queue beside it: a
+    worker given only a sessions root takes no call of the pool's queue, yet it runs."""
+    records = {record.name: record for record in worker_records(queue)}
+    if hosts:
+        for host_queue in _host_queues(client, keys, queue.name, entries):
+            for record in worker_records(named_queue(client, host_queue)):
+                records.setdefault(record.name, record)
+    return sorted(records.values(), key=lambda record: record.name)
+
+
+def _host_queues(
+    client: redis.Redis, keys: Keys, queue: str, entries: list[WorkerCatalog]
+) -> list[str]:
+    """The host queues of ``queue``: those live workers publish and those of the sessions'
+    hosts (a host whose workers' entries expired may still have workers RQ knows)."""
+    found = {entry.host_queue for entry in entries if entry.queue == queue and entry.host_queue}
+    prefix = f"{queue}@"
+    store = SessionStore(client, keys)
+    found.update(prefix + info.host for info in store.read_many(store.names()))
+    return sorted(found)
 
 
 def _workers(
-    client: redis.Redis, keys: Keys, workers: list[WorkerRecord], served: dict[str, list[str]]
+    client: redis.Redis, keys: Keys, workers: list[WorkerRecord], entries: list[WorkerCatalog]
 ) -> list[dict[str, Any]]:
+    published = {entry.worker: entry for entry in entries}
     found = []
     for worker in workers:
         raw = client.get(keys.worker_current(worker.name))
         current = CallJob.model_validate_json(raw) if raw else None
         beat = worker.last_heartbeat
+        entry = published.get(worker.name)
+        # Where RQ's record is all there is (the entry expired), its queues still tell.
+        hosts = [name.split("@", 1)[1] for name in worker.queues if "@" in name]
+        session_host = entry.host if entry is not None and entry.host_queue else None
+        session_host = session_host or (hosts[0] if hosts else None)
+        pool_calls = any("@" not in name for name in worker.queues)
         found.append(
             {
                 "name": worker.name,
@@ -156,11 +198,23 @@ def _workers(
                 "state": worker.state,
                 "call_id": current.call.id if current else None,
                 "tool": current.call.name if current else None,
+                "session": current.session if current else None,
+                "session_host": session_host,
+                "pool_calls": pool_calls,
+                "serves": _serves(pool_calls, session_host),
                 "last_heartbeat": beat.timestamp() if beat is not None else None,
-                "tools": served.get(worker.name, []),
+                "tools": [tool.name for tool in entry.tools] if entry is not None else [],
             }
         )
     return found
+
+
+def _serves(pool_calls: bool, session_host: str | None) -> str:
+    """What a worker takes, for a person: the pool's calls, a host's sessions', or both."""
+    if session_host is None:
+        return "pool calls"
+    sessions = f"sessions of host {session_host}"
+    return f"pool calls and {sessions}" if pool_calls else f"session worker: {sessions}"
 
 
 def _failed(item: Event) -> bool:

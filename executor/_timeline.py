@@ -20,6 +20,8 @@ _RIGHT = 30
 _TOP = 56  # title and axis
 _LANE = 36
 _BAR = 22
+_LABEL_ROW = 12  # a row of batch labels, at their 10 px font
+_LABEL_CHAR = 6.5  # an upper bound of a 10 px sans-serif character's width
 _COLOURS = {"shared": "#3b7dd8", "exclusive": "#e8883a", "wait": "#c4c4c4"}
 
 
@@ -183,24 +185,39 @@ def _tick(span: float) -> float:
 
 
 def _batch_marks(bars: list[Bar], height: int, x: Callable[[float], float]) -> list[str]:
+    """A dashed line where each batch after the first begins, labelled; labels of batches
+    that begin close together go on rows of their own instead of over each other."""
     starts: dict[int, float] = {}
     for bar in bars:
         if bar.batch is not None:
             starts[bar.batch] = min(starts.get(bar.batch, bar.asked), bar.asked)
     marks = []
+    rows: list[float] = []  # the right end of the last label on each row
     for number in sorted(starts):
         if number == 0:
             continue
         at = x(starts[number])
+        label = f"batch {number + 1}"
+        width = label_width(label)
+        left = at - 3 - width if at > _WIDTH - 80 else at + 3
+        row = next((i for i, end in enumerate(rows) if left > end + 4), len(rows))
+        if row == len(rows):
+            rows.append(0.0)
+        rows[row] = left + width
+        y = height - 42 - row * _LABEL_ROW
         marks.append(
             f'<line class="batch-boundary" data-batch="{number}" x1="{at}" '
             f'y1="{_TOP - 4}" x2="{at}" y2="{height - 40}" stroke="#444" '
             f'stroke-dasharray="4 3"/>'
-            f'<text x="{at + 3}" y="{height - 42}" fill="#444" font-size="10" '
-            f'text-anchor="{"end" if at > _WIDTH - 80 else "start"}" '
-            f'dx="{-6 if at > _WIDTH - 80 else 0}">batch {number + 1}</text>'
+            f'<text class="batch-label" data-batch="{number}" x="{round(left, 2)}" y="{y}" '
+            f'fill="#444" font-size="10">{label}</text>'
         )
     return marks
+
+
+def label_width(text: str) -> float:
+    """The width a batch label takes at its font size, a little more than sans-serif needs."""
+    return _LABEL_CHAR * len(text)
 
 
 def _legend(height: int) -> list[str]:

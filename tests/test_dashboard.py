@@ -271,3 +271,78 @@ def _screenshot(browser: Any, name: str) -> None:
     folder = os.environ.get("TOOLPOOL_SCREENSHOTS")
     if folder:
         browser.save_screenshot(str(Path(folder) / name))
+
+
+def test_in_a_browser_nothing_unknown_reads_as_zero_or_blank_and_the_timeline_opens_in_view(
+    dashboard: Dashboard, browser: Any, tmp_path: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    def text(selector: str) -> str:
+        found: str = browser.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''",
+            selector,
+        )
+        return found
+
+    def until(condition: Any, what: str) -> None:
+        wait_for(condition, f"the page to show {what}")
+
+    # The page before its first snapshot (here: never, no stream behind a file): no counts.
+    page = tmp_path / "page.html"
+    page.write_text((ROOT / "executor" / "dashboard" / "page.html").read_text())
+    browser.get(page.as_uri())
+    assert "not known yet" in text("#queue")
+    assert "0 queued" not in text("#queue")
+
+    browser.get(f"{dashboard.url}/?token={TOKEN}")
+    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#workers tbody tr")) == 2, "workers")
+    until(lambda: "0 queued" in text("#queue"), "the queue's counts")
+    assert "not known yet" not in text("#queue")
+    assert text("#lock-waiters") == "no calls waiting"
+    assert text("#lock-holders") == "no holder: the lock is free"
+    assert text("#sessions tbody") == "no sessions"
+    assert text("#failures") == "no failures among the recent calls"
+    assert text("#workers td.serves") == "pool calls"
+
+    # A read that waits for the lock while a bash call holds it: its run and its wait apart.
+    hold = {
+        "id": "held",
+        "name": "bash",
+        "arguments": {"command": "while [ ! -e go ]; do sleep 0.05; done"},
+    }
+    behind = {"id": "behind", "name": "read_file", "arguments": {"path": "a.txt"}}
+    turns = [threading.Thread(target=lambda: dashboard.run([hold]))]
+    turns[0].start()
+    try:
+        until(lambda: "held" in text("#lock-holders"), "the bash call holding the lock")
+        turns.append(threading.Thread(target=lambda: dashboard.run([behind])))
+        turns[1].start()
+        until(lambda: "behind" in text("#lock-waiters"), "the read waiting")
+    finally:
+        (dashboard.workspace / "go").touch()
+        for turn in turns:
+            turn.join(timeout=PATIENCE_S)
+    until(lambda: text('#calls tr[data-call-id="behind"] td.wait') != "", "the read's times")
+    run = float(text('#calls tr[data-call-id="behind"] td.run').removesuffix(" ms"))
+    wait = float(text('#calls tr[data-call-id="behind"] td.wait').removesuffix(" ms"))
+    assert 0 <= run < wait, (run, wait)
+
+    # A hundred calls listed, then a turn's timeline asked for: it shows without scrolling.
+    dashboard.run(
+        [{"id": f"n-{i}", "name": "read_file", "arguments": {"path": "a.txt"}} for i in range(100)]
+    )
+    until(
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="n-"]')) >= 90,
+        "the hundred calls",
+    )
+    browser.execute_script("window.scrollTo(0, 0)")
+    browser.execute_script(
+        "document.querySelector('#calls tr[data-call-id=\"n-99\"] a.turn').click()"
+    )
+    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "#timeline g.call")) == 100, "it")
+    top, bottom, height = browser.execute_script(
+        "const r = document.getElementById('timeline').getBoundingClientRect();"
+        "return [r.top, r.bottom, window.innerHeight]"
+    )
+    assert 0 <= top < height, (top, bottom, height)

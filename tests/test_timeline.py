@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from executor import Executor, Settings
-from executor._timeline import render_svg, turn_bars
+from executor._timeline import Bar, label_width, render_svg, turn_bars
 from executor.cli import main
 from executor.wire import Event
 from tests.support.procs import MakeWorkers
@@ -169,3 +169,22 @@ def test_a_picture_is_svg_or_png(redis_url: str, tmp_path: Path) -> None:
 
     assert result.exit_code == 2
     assert "t.jpg: name it *.svg or *.png" in result.output
+
+
+def test_labels_of_batches_that_begin_together_do_not_overlap() -> None:
+    # Five batches, the third and fourth beginning a fraction of a millisecond apart.
+    starts = [0.0, 0.4, 0.9, 0.9002, 1.5]
+    bars = [
+        Bar(f"c{n}", "grep", f"w{n % 2}", "shared", n, 100 + at, 100 + at, 100 + at + 0.1)
+        for n, at in enumerate(starts)
+    ]
+    root = ET.fromstring(render_svg(bars, "t"))
+    labels = [t for t in root.iter(f"{SVG}text") if t.get("class") == "batch-label"]
+    assert sorted(t.text or "" for t in labels) == ["batch 2", "batch 3", "batch 4", "batch 5"]
+    boxes = [
+        (float(t.get("y", 0)), float(t.get("x", 0)), label_width(t.text or "")) for t in labels
+    ]
+    for i, (y, left, width) in enumerate(boxes):
+        for other_y, other_left, other_width in boxes[i + 1 :]:
+            apart = left + width <= other_left or other_left + other_width <= left
+            assert other_y != y or apart, (boxes, i)

@@ -11,7 +11,7 @@ import click
 import redis
 
 from executor._connect import FOLLOWER, STANDARD, connect
-from executor._errors import SessionError
+from executor._errors import RedisUnavailable, SessionError
 from executor._pool_state import snapshot
 from executor._settings import Settings, shown_url
 from executor.cli._common import (
@@ -55,6 +55,9 @@ def status_command(
         report = snapshot(client, settings, session=session)
     except SessionError as exc:
         raise click.ClickException(str(exc)) from None
+    except (redis.ConnectionError, redis.TimeoutError, RedisUnavailable) as exc:
+        # Redis went away after the probe: the same message as when it was never there.
+        raise redis_unreachable(settings.redis.url or "", exc) from None
     except redis.RedisError as exc:
         raise click.ClickException(
             f"Cannot read status from {shown_url(settings.redis.url or '')}: {exc}"
@@ -175,10 +178,12 @@ def _print_status(report: dict[str, Any]) -> None:
         f"waiting on earlier calls, {queue['running']} running, {queue['failed_jobs']} "
         "failed jobs"
     )
-    click.echo(f"Workers: {len(report['workers'])}")
-    for worker in report["workers"]:
-        doing = f"{worker['tool']} ({worker['call_id']})" if worker["call_id"] else "-"
-        click.echo(f"  {worker['name']}  pid {worker['pid']}  {worker['state']}  {doing}")
+    workers = report["workers"]
+    in_sessions = sum(1 for worker in workers if worker.get("session_host"))
+    of_them = f" ({in_sessions} serve sessions)" if in_sessions else ""
+    click.echo(f"Workers: {len(workers)}{of_them}")
+    for worker in workers:
+        click.echo("  " + _worker_line(worker))
     lock = report["lock"]
     click.echo(
         f"Lock {lock.get('scope', '')}: {len(lock['holders'])} holder(s), "
@@ -192,10 +197,47 @@ def _print_status(report: dict[str, Any]) -> None:
             f"{holder['remaining_ms']} ms left"
         )
     for waiter in lock["queue"]:
-        click.echo(f"  waits {waiter['mode']:9}  {waiter}")
+        click.echo("  " + _waiter_line(waiter, lock.get("server_time_ms")))
     click.echo(f"Recent failures: {len(report['recent_failures'])}")
     for item in report["recent_failures"]:
         click.echo("  " + _event_line(Event.model_validate(item)))
+
+
+def _worker_line(worker: dict[str, Any]) -> str:
+    """One worker for a person: name, pid, state, what it serves, what it runs now."""
+    doing = "idle"
+    if worker["call_id"]:
+        doing = f"running {worker['tool']} ({worker['call_id']})"
+        if worker.get("session"):
+            doing += f" in session {worker['session']}"
+    serves = worker.get("serves") or "pool calls"
+    return f"{worker['name']}  pid {worker['pid']}  {worker['state']}  {serves}  {doing}"
+
+
+def _waiter_line(waiter: dict[str, Any], server_time_ms: int | None) -> str:
+    """One lock waiter for a person: its place, mode, call and worker, how long it waited
+    and since when (the lock's clock is the Redis server's: the time is taken from it)."""
+    owner = waiter.get("owner") or {}
+    who = f"{owner.get('tool') or '?'} ({owner.get('call_id') or 'no call'})"
+    if owner.get("worker"):
+        who += f" on {owner['worker']}"
+    age_ms = int(waiter.get("age_ms", 0))
+    since = ""
+    if server_time_ms is not None:
+        since = f" (since {_clock((int(server_time_ms) - age_ms) / 1000)})"
+    return (
+        f"waits {waiter['mode']:9}  #{waiter.get('position', '?')}  {who}  "
+        f"waiting {_span(age_ms)}{since}"
+    )
+
+
+def _span(ms: int) -> str:
+    """A wait for a person: milliseconds below a second, else seconds or minutes."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 120_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
 
 
 def _event_line(item: Event) -> str:

@@ -9,7 +9,12 @@ import redis
 
 from executor._connect import READER, connect
 from executor._timeline import render_svg, turn_bars
-from executor.cli._common import connection_options, require_redis, settings_for
+from executor.cli._common import (
+    connection_options,
+    redis_unreachable,
+    require_redis,
+    settings_for,
+)
 from executor.wire import Keys, TurnPlan, read_events
 
 
@@ -41,7 +46,8 @@ def timeline_command(
         events = [item for _, item in read_events(client, keys) if item.turn_id == turn_id]
         stored = client.get(keys.turn(turn_id))
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise click.ClickException(f"Redis could not be reached: {exc}") from None
+        # Redis went away after the probe: the same message as when it was never there.
+        raise redis_unreachable(settings.redis.url or "", exc) from None
     finally:
         client.close()
     if not events:

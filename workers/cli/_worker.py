@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import redis
 
+from executor._connect import PROBE, connect
 from executor._settings import Settings, SettingsGroup, shown_url
 from executor.cli._common import (
     connection_options,
@@ -24,11 +26,12 @@ from executor.cli._common import (
     require_redis,
     settings_for,
 )
-from executor.wire import Keys, host_name
+from executor.wire import Keys, SessionStore, host_name
 from workers._embedded_redis import RedisServer
 from workers.cli._registry import build_registry, tools_option
 from workers.pool._pool import PoolChild, WorkerPool
 from workers.pool._process import served_registry
+from workers.sessions._folders import remove_folder
 from workers.tools._confine import Report as ConfinementReport
 from workers.tools._confine import describe as describe_confinement
 from workers.tools._shell_settings import SANDBOX_MODES, BashSettings
@@ -315,6 +318,8 @@ def up_command(
             click.echo("Point orchestrators at this Redis:")
             click.echo(f"  export TOOLPOOL_REDIS_URL={server.tcp_url}")
         _run_pool(pool, "toolpool up")
+        if server is not None and settings.worker.sessions_root is not None:
+            _remove_private_sessions(server.url, settings)
     finally:
         if server is not None:
             server.stop()
@@ -417,6 +422,34 @@ def _build_pool(
             grace=grace,
         )
     )
+
+
+def _remove_private_sessions(url: str, settings: Settings) -> None:
+    """Remove the folders of the sessions this host's workers made for a private Redis: its
+    records go with it, and a folder left behind would refuse the same session name at the
+    next ``up``. A session folder that is gone already, or of another host, is left be."""
+    root = settings.worker.sessions_root
+    assert root is not None
+    host = host_name(settings.worker.host)
+    keys = Keys(settings.redis.key_prefix)
+    removed: list[str] = []
+    try:
+        client = connect(url, role=PROBE)
+        try:
+            store = SessionStore(client, keys)
+            for info in store.read_many(store.names()):
+                if info.host == host and remove_folder(Path(root), info.name):
+                    removed.append(info.name)
+        finally:
+            client.close()
+    except (redis.RedisError, OSError) as exc:
+        click.echo(f"toolpool up: could not remove the session folders in {root}: {exc}", err=True)
+        return
+    if removed:
+        click.echo(
+            f"toolpool up: removed the folders of sessions {', '.join(sorted(removed))} from "
+            f"{root} (their private Redis stops with this pool)"
+        )
 
 
 def _start_private_redis() -> RedisServer:

@@ -24,7 +24,8 @@ import pytest
 from tests.support.waiting import PATIENCE_S
 from workers._embedded_redis import RedisServer
 
-pytestmark = pytest.mark.proof  # builds a wheel, makes a venv, installs, runs a worker
+# The proofs here build a wheel, make a venv, install, run a worker.
+proof = pytest.mark.proof
 
 ROOT = Path(__file__).resolve().parent.parent
 # Installs for a user: every extra but the project's own test and lint tools.
@@ -115,6 +116,7 @@ def outside(tmp_path: Path) -> Path:
     return folder
 
 
+@proof
 def test_the_installed_command_runs_from_outside_the_checkout(
     installed: Path, outside: Path
 ) -> None:
@@ -126,6 +128,7 @@ def test_the_installed_command_runs_from_outside_the_checkout(
         assert f"  {command} " in helped.stdout, helped.stdout
 
 
+@proof
 def test_the_installed_packages_are_the_wheel_with_its_data(installed: Path, outside: Path) -> None:
     wanted = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "executor").rglob("*.lua"))
     wanted += ["executor/dashboard/page.html", "executor/py.typed", "workers/py.typed"]
@@ -158,6 +161,7 @@ def test_the_installed_packages_are_the_wheel_with_its_data(installed: Path, out
     assert found["missing"] == []
 
 
+@proof
 def test_an_installed_worker_answers_a_real_call_and_stops_by_its_pid(
     installed: Path, outside: Path
 ) -> None:
@@ -219,3 +223,42 @@ def _children(pid: int) -> list[int]:
     """The process ids of ``pid``'s children (Linux's /proc)."""
     listed = Path(f"/proc/{pid}/task/{pid}/children")
     return [int(child) for child in listed.read_text().split()] if listed.exists() else []
+
+
+def test_after_the_demo_the_script_says_where_toolpool_is_and_how_to_reach_it(
+    tmp_path: Path,
+) -> None:
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    command = venv_bin / "toolpool"
+    command.write_text('#!/bin/sh\necho "the venv\'s toolpool"\n')
+    command.chmod(0o755)
+    (venv_bin / "activate").write_text(f'export PATH="{venv_bin}:$PATH"\n')
+    bare = {"PATH": "/usr/bin:/bin", "TOOLPOOL_VENV": str(tmp_path / "venv")}
+    said = _run(["bash", "-c", "source scripts/_venv.sh && say_where_toolpool"], cwd=ROOT, env=bare)
+
+    assert said.returncode == 0, said.stderr
+    lines = said.stdout.strip().splitlines()
+    assert lines[0].startswith(f"The toolpool command is {command}, not on your PATH.")
+    assert f'"command": "{command}"' in said.stdout
+    # Each way it gives, run in a shell, puts that very command on PATH.
+    ways = [line.split(":", 1)[1].strip() for line in lines[1:3]]
+    assert ways[0] == f"source {venv_bin}/activate"
+    assert ways[1] == f'export PATH="{venv_bin}:$PATH"'
+    for way in ways:
+        found = _run(["bash", "-c", f"{way} && toolpool"], cwd=tmp_path, env=bare)
+        assert found.stdout == "the venv's toolpool\n", (way, found.stderr)
+
+    on_path = _run(
+        ["bash", "-c", "source scripts/_venv.sh && say_where_toolpool"],
+        cwd=ROOT,
+        env={**bare, "PATH": f"{venv_bin}:/usr/bin:/bin"},
+    )
+    assert f"The toolpool command, {command}, is on your PATH." in on_path.stdout
+
+
+def test_the_demo_script_ends_with_where_toolpool_is() -> None:
+    script = (ROOT / "scripts" / "demo").read_text()
+    demo = script.index('"$VENV/bin/toolpool" demo "$@"')
+    assert script.index("say_where_toolpool", demo) > demo
+    assert "exec " not in script[demo - 5 : demo]

@@ -262,3 +262,35 @@ def test_the_demo_script_ends_with_where_toolpool_is() -> None:
     demo = script.index('"$VENV/bin/toolpool" demo "$@"')
     assert script.index("say_where_toolpool", demo) > demo
     assert "exec " not in script[demo - 5 : demo]
+
+
+@proof
+def test_the_installed_python_api_starts_a_local_pool_and_stops_every_process(
+    installed: Path, outside: Path
+) -> None:
+    script = textwrap.dedent(
+        """
+        import json, sys
+        from executor import Executor
+        from workers import LocalPool
+
+        with LocalPool(sys.argv[1], workers=1, read_only=True) as pool:
+            pids = pool.worker_pids
+            with Executor(settings=pool.settings) as ex:
+                (result,) = ex.run([{"name": "read_file", "arguments": {"path": "hello.txt"}}])
+        print(json.dumps({"pids": pids, "status": result.status.value, "content": result.content}))
+        """
+    )
+    done = _run(
+        [installed / "bin" / "python", "-c", script, outside],
+        cwd=outside,
+        env=_outside_env(),
+        timeout=PATIENCE_S * 4,
+    )
+
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["status"] == "ok", found
+    assert "hello from outside the checkout" in found["content"]
+    assert len(found["pids"]) == 1, found
+    assert [pid for pid in found["pids"] if Path(f"/proc/{pid}").exists()] == []

@@ -2,13 +2,13 @@
 
     .venv/bin/python examples/agent_loop.py
 
-What a deployment runs apart, this starts in one process: a private Redis and a worker pool
-serving this folder (read-only tools only, so nothing here is changed), and a small local
-server that speaks OpenAI's Chat Completions API and replays a scripted model: its first
-answer asks for three tools at once, its second reads their results and answers. The loop in
-``agent_loop`` is the part you would write: the official ``openai`` client, the pool's tools
-as the model's tools, each turn's calls run on the pool in one ``Executor.run``, the results
-fed back, until the model answers in words.
+What a deployment runs apart, this starts from one process: a private Redis and a worker pool
+(``workers.LocalPool``) serving this folder (read-only tools only, so nothing here is
+changed), and a small local server that speaks OpenAI's Chat Completions API and replays a
+scripted model: its first answer asks for three tools at once, its second reads their
+results and answers. The loop in ``agent_loop`` is the part you would write: the official
+``openai`` client, the pool's tools as the model's tools, each turn's calls run on the pool in
+one ``Executor.run``, the results fed back, until the model answers in words.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from typing import Any
 
 from openai import OpenAI
 
-from executor import Executor, Settings, export_tools, openai_tool_messages
-from workers._embedded_redis import RedisServer
-from workers.pool._pool import WorkerPool
+from executor import Executor, export_tools, openai_tool_messages
+from workers import LocalPool
 
 QUESTION = "What is this project, and where is its demo? Look around before you answer."
 # The scripted model's first turn: three calls at once, as a model sends them.
@@ -134,20 +133,13 @@ def scripted_model() -> Iterator[str]:
 
 
 def main() -> int:
-    workspace = Path.cwd()
-    with RedisServer() as redis_server, scripted_model() as model_url:
-        settings = Settings(redis_url=redis_server.url, workspace=workspace)
-        pool = WorkerPool(redis_server.url, settings, workers=2, read_only=True)
-        pool.start()
-        try:
-            pool.wait_ready(timeout=60)
-            client = OpenAI(base_url=model_url, api_key="offline", max_retries=0)
-            with Executor(settings=settings, wait_for_workers=60) as executor:
-                print(f"user: {QUESTION}")
-                answer = agent_loop(client, executor, QUESTION)
-                print(f"assistant: {answer}")
-        finally:
-            pool.stop()
+    # Read-only tools on this folder: the example changes nothing here.
+    with LocalPool(Path.cwd(), workers=2, read_only=True) as pool, scripted_model() as model_url:
+        client = OpenAI(base_url=model_url, api_key="offline", max_retries=0)
+        with Executor(settings=pool.settings) as executor:
+            print(f"user: {QUESTION}")
+            answer = agent_loop(client, executor, QUESTION)
+            print(f"assistant: {answer}")
     return 0
 
 

@@ -44,3 +44,21 @@ ensure_redis_server() {
     exit 2
   fi
 }
+
+# Said after the demo: the command lives in the venv, which is not on PATH unless activated, and
+# a desktop MCP client (which never starts from here) needs its absolute path.
+say_where_toolpool() {
+  local bin found
+  bin=$(cd "$VENV/bin" && pwd)
+  found=$(command -v toolpool 2>/dev/null || true)
+  echo
+  if [ "$found" = "$bin/toolpool" ]; then
+    echo "The toolpool command, $bin/toolpool, is on your PATH."
+  else
+    echo "The toolpool command is $bin/toolpool, not on your PATH. To type just \`toolpool\`,"
+    echo "activate the venv in this shell:  source $bin/activate"
+    echo "or put it on PATH (~/.bashrc):    export PATH=\"$bin:\$PATH\""
+  fi
+  echo "An MCP client's config takes its absolute path: \"command\": \"$bin/toolpool\"."
+  echo "Installing into your own environment: docs/install.md"
+}

@@ -7,15 +7,19 @@ three calls it asked for run on the pool, their results fed back.
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from executor import ConfigurationError
 from tests.support.procs import python_path_env
 from tests.support.waiting import PATIENCE_S
+from workers import LocalPool
 
 pytestmark = pytest.mark.proof  # a Redis and a worker pool of its own
 
@@ -49,3 +53,38 @@ def test_the_example_agent_loop_runs_offline_to_its_answer() -> None:
         r"workers/cli/_demo\.py\.",
         lines[-1],
     ), lines[-1]
+
+
+def test_the_example_imports_public_names_only() -> None:
+    # What a user copies from the example must not lean on modules that change without notice.
+    tree = ast.parse((ROOT / "examples" / "agent_loop.py").read_text())
+    modules = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    modules += [
+        a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+    ]
+    private = [m for m in modules if m != "__future__" and "._" in f".{m}"]
+    assert "workers" in modules
+    assert private == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"workers": 0}, "workers >= 1, got 0"),
+        ({"workers": True}, "workers >= 1, got True"),
+        ({"tools": "mytools:registry"}, "tools=['mytools:registry']"),
+        ({"ready_timeout": 0}, "ready_timeout > 0"),
+        ({"tools": ["no_such_module_here:registry"]}, "no_such_module_here"),
+        ({"workspace": "/nonexistent/folder"}, "workspace is not a folder: /nonexistent/folder"),
+    ],
+)
+def test_a_local_pool_refuses_bad_arguments_before_it_starts_anything(
+    arguments: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        LocalPool(**arguments)
+
+
+def test_a_local_pool_has_no_settings_before_it_starts() -> None:
+    with pytest.raises(ConfigurationError, match="not started"):
+        _ = LocalPool().settings

@@ -1,4 +1,5 @@
-"""toolpool's worker side: the built-in tools (and, with distributed execution, the runtime).
+"""toolpool's worker side: the built-in tools (and, with distributed execution, the runtime),
+and ``LocalPool``, a private Redis and worker pool started from Python.
 
 ``BUILTIN_TOOLS`` and ``builtin_registry`` load the tools on first use: importing a module of
 this package (the runtime, the pool, grep's helper process) loads no tool it does not import.
@@ -11,13 +12,15 @@ from typing import TYPE_CHECKING
 from executor._lazy import face
 
 if TYPE_CHECKING:
+    from workers._local import LocalPool
     from workers.tools._builtin import BUILTIN_TOOLS, builtin_registry
 
-__all__ = ["BUILTIN_TOOLS", "builtin_registry"]
+__all__ = ["BUILTIN_TOOLS", "LocalPool", "builtin_registry"]
 
 # Where each public name is defined: ``__getattr__`` imports that module on first use.
 _MODULE_OF: dict[str, str] = {
     "BUILTIN_TOOLS": "workers.tools._builtin",
+    "LocalPool": "workers._local",
     "builtin_registry": "workers.tools._builtin",
 }
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import redis
-from rq import Queue
 
 from executor._errors import SessionError
 from executor._rq.jobs import call_queue, named_queue
-from executor._rq.state import WorkerRecord, queue_counts, worker_records
+from executor._rq.state import WorkerRecord, queue_counts, workers_of_queues
 from executor._settings import Settings
 from executor.lock import RWLock
 from executor.wire import (
@@ -69,7 +68,9 @@ def snapshot(
     if events is None:
         events = [item for _, item in newest_events(client, keys)]
     entries = read_entries(client, keys)
-    records = _records(client, keys, queue, entries, hosts=about is None)
+    host_queues = _host_queues(client, keys, queue.name, entries) if about is None else []
+    # A worker given only a sessions root takes no call of the pool's queue, yet it runs.
+    records = workers_of_queues(client, [queue.name, *host_queues])
     counts = queue_counts(queue)
     return {
         **({"session": about} if about is not None else {}),
@@ -147,19 +148,6 @@ def _run_ms(duration_ms: Any, waited_ms: float | None) -> float | None:
     if waited_ms is None:
         return float(duration_ms)
     return round(max(0.0, float(duration_ms) - waited_ms), 3)
-
-
-def _records(
-    client: redis.Redis, keys: Keys, queue: Queue, entries: list[WorkerCatalog], *, hosts: bool
-) -> list[WorkerRecord]:
-    """The workers of ``queue`` and, with ``hosts``, of every host queue beside it: a
-    worker given only a sessions root takes no call of the pool's queue, yet it runs."""
-    records = {record.name: record for record in worker_records(queue)}
-    if hosts:
-        for host_queue in _host_queues(client, keys, queue.name, entries):
-            for record in worker_records(named_queue(client, host_queue)):
-                records.setdefault(record.name, record)
-    return sorted(records.values(), key=lambda record: record.name)
 
 
 def _host_queues(

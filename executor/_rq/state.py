@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+import redis
 from rq import Queue, Worker
+
+from executor._rq.jobs import named_queue
 
 
 @dataclass(frozen=True)
@@ -54,3 +57,13 @@ def worker_records(queue: Queue) -> list[WorkerRecord]:
         )
         for worker in Worker.all(queue=queue)
     ]
+
+
+def workers_of_queues(client: redis.Redis, names: list[str]) -> list[WorkerRecord]:
+    """RQ's records of the workers registered on any of the queues ``names``, each once, by
+    name."""
+    records: dict[str, WorkerRecord] = {}
+    for name in names:
+        for record in worker_records(named_queue(client, name)):
+            records.setdefault(record.name, record)
+    return sorted(records.values(), key=lambda record: record.name)

@@ -16,19 +16,21 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolCall, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Send
 
 from executor import AsyncExecutor, RedisUnavailable, Settings
 from executor.adapters.langgraph import PoolTool, pool_tool_node, pool_tools
@@ -87,8 +89,23 @@ def call(tool: str, call_id: str, args: dict[str, Any]) -> ToolCall:
     return ToolCall(name=tool, args=args, id=call_id, type="tool_call")
 
 
-def agent_graph(model: Script, node: ToolNode) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """The usual agent loop: the model, then the tools while it asks for any."""
+def send_each_call(state: MessagesState) -> list[Send] | str:
+    """The tool calls of the last message as one ``ToolNode`` task each, as ``create_agent``
+    sends them."""
+    last = state["messages"][-1]
+    if not isinstance(last, AIMessage) or not last.tool_calls:
+        return END
+    return [
+        Send("tools", {"__type": "tool_call_with_context", "tool_call": c, "state": state})
+        for c in last.tool_calls
+    ]
+
+
+def agent_graph(
+    model: Script, node: ToolNode, *, send: bool = False
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The usual agent loop: the model, then the tools while it asks for any (``send``: each
+    call its own task of the tool node)."""
 
     async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -97,12 +114,35 @@ def agent_graph(model: Script, node: ToolNode) -> CompiledStateGraph[Any, Any, A
     graph.add_node("agent", agent)
     graph.add_node("tools", node)
     graph.add_edge(START, "agent")
-    graph.add_conditional_edges("agent", tools_condition, ["tools", END])
+    graph.add_conditional_edges("agent", send_each_call if send else tools_condition)
     graph.add_edge("tools", "agent")
     return graph.compile()
 
 
-def run_graph(settings: Settings, *scripts: Script, **options: Any) -> list[str]:
+class HoldTheLastWrite(BaseCallbackHandler):
+    """A synchronous handler of tool events, which LangChain runs in a thread for an async
+    tool: it holds the last write's start until the read after it has started, so the tools'
+    bodies begin in another order than the model's."""
+
+    def __init__(self) -> None:
+        self.read_started = threading.Event()
+
+    def on_tool_start(
+        self, serialized: dict[str, Any], input_str: str, *, inputs: Any = None, **kwargs: Any
+    ) -> None:
+        if serialized.get("name") == "read_file":
+            self.read_started.set()
+        elif (inputs or {}).get("content") == "version 3":
+            assert self.read_started.wait(PATIENCE_S), "the read never started"
+
+
+def run_graph(
+    settings: Settings,
+    *scripts: Script,
+    send: bool = False,
+    callbacks: list[BaseCallbackHandler] | None = None,
+    **options: Any,
+) -> list[str]:
     """Run the agent graph once per script, concurrently, with one ``pool_tool_node``
     (``options``); each run's final text."""
 
@@ -110,7 +150,9 @@ def run_graph(settings: Settings, *scripts: Script, **options: Any) -> list[str]
         async with AsyncExecutor(settings=settings, wait_for_workers=PATIENCE_S) as ex:
             node = await pool_tool_node(ex, timeout=PATIENCE_S, **options)
             runs = [
-                agent_graph(script, node).ainvoke({"messages": [HumanMessage("go")]})
+                agent_graph(script, node, send=send).ainvoke(
+                    {"messages": [HumanMessage("go")]}, {"callbacks": callbacks or []}
+                )
                 for script in scripts
             ]
             finals = await asyncio.wait_for(asyncio.gather(*runs), PATIENCE_S * 2)
@@ -167,6 +209,25 @@ def test_one_ai_message_is_one_turn_in_the_models_order(
     assert second["r3"].status == "success"
     assert str(second["r3"].content) == "hello from the pool\n"
     assert len(script.seen) == 3  # the errors reached the model and the graph went on
+
+
+@pytest.mark.parametrize("how", ["send", "callbacks"])
+def test_the_order_holds_when_each_call_is_its_own_task_or_callbacks_run_in_threads(
+    settings: Settings, make_workers: MakeWorkers, client: redis.Redis, how: str
+) -> None:
+    make_workers(settings).start(2)
+    writes = [
+        call("write_file", f"w{i}", {"path": "a.txt", "content": f"version {i}"}) for i in range(4)
+    ]
+    script = Script(responses=[[*writes, call("read_file", "r", {"path": "a.txt"})]])
+
+    options = {"send": True} if how == "send" else {"callbacks": [HoldTheLastWrite()]}
+    assert run_graph(settings, script, **options) == [DONE]
+
+    results = script.results(1)
+    assert sorted(results) == ["r", "w0", "w1", "w2", "w3"]
+    assert str(results["r"].content) == "version 3"  # the writes ran in the model's order
+    assert len(set(turns_by_call(client, settings).values())) == 1
 
 
 def test_bad_arguments_are_error_messages_and_the_graph_goes_on(

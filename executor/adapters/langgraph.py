@@ -5,9 +5,9 @@ for ``model.bind_tools(tools)`` and LangGraph's ``ToolNode(tools)``; ``await
 pool_tool_node(executor)`` is that ``ToolNode``, ready for ``StateGraph.add_node``.
 
 Turns: ``ToolNode`` runs the calls of one ``AIMessage`` as concurrent tasks, one per call,
-started in the message's order. Each tool hands its call to the pool the moment its task
-starts, before LangChain's callbacks can reorder the tasks, and the calls of one ``ToolNode``
-step are gathered into ONE pool turn (``TurnBatcher``), in the model's order: reads together,
+started in the message's order. Each tool hands its call to the pool as its task starts, before
+LangChain's callbacks and argument handling run, and the calls of one graph step are gathered
+into ONE pool turn (``TurnBatcher``), in the order they were handed over: reads together,
 writes and shell commands alone, so a read the model asked for after a write sees it. Each
 step of each graph run has a turn of its own: concurrent runs never share one.
 

@@ -6,7 +6,7 @@ from enum import Enum
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from executor import ErrorType, InvalidArgumentsError, ToolCall, ToolRegistry, ToolResult
 from executor.contract import ToolInfo
@@ -20,6 +20,11 @@ registry = ToolRegistry()
 class Color(Enum):
     RED = "red"
     BLUE = "blue"
+
+
+class Point(BaseModel):
+    x: Annotated[int, Field(ge=0)]
+    label: str = ""
 
 
 def _even(value: int) -> int:
@@ -40,6 +45,7 @@ def sample(
     pair: int | str = 0,
     flag: bool = False,
     even: Annotated[int, AfterValidator(_even)] = 0,
+    point: Point | None = None,
 ) -> str:
     """A tool with one of each kind of constraint."""
     return "ran"
@@ -89,6 +95,12 @@ CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("sample", {"count": 1, "pair": [1]}, "pair: [1] is not valid under any of"),
     ("sample", {"count": 1, "flag": "perhaps"}, "flag: 'perhaps' is not of type 'boolean'"),
     ("sample", {"count": 1, "even": 3}, "even: Value error, must be even"),
+    ("sample", {"count": 1, "point": {"x": -1}}, "point: {'x': -1} is not valid under any of"),
+    (
+        "sample",
+        {"count": 1, "point": {"y": 1}},
+        "point: {'y': 1} is not valid under any of the given schemas (x: Field required;",
+    ),
     ("sample", {"count": 0, "mode": "x", "z": 1}, "count: 0 is less than the minimum of 1"),
 ]
 

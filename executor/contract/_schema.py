@@ -202,9 +202,10 @@ def _converted(error: ValidationError) -> bool:
     return False
 
 
-def _describe(error: ValidationError) -> Iterator[str]:
-    """``location: message`` lines for one error, worded like the pydantic side's."""
-    loc = _location(error.absolute_path)
+def _describe(error: ValidationError, *, relative: bool = False) -> Iterator[str]:
+    """``location: message`` lines for one error (``relative``: located from the value its
+    ``anyOf`` / ``oneOf`` checked, and without a location for that value itself)."""
+    loc = _location(error.relative_path if relative else error.absolute_path)
     prefix = f"{loc}." if loc else ""
     instance = error.instance
     if error.validator == "required" and isinstance(instance, dict):
@@ -218,13 +219,12 @@ def _describe(error: ValidationError) -> Iterator[str]:
         return
     message = _shorten(error.message, instance)
     if error.context:  # anyOf / oneOf: say why each form failed
-        reasons = [
-            (f"{_location(sub.relative_path)}: " if sub.relative_path else "")
-            + _shorten(sub.message, sub.instance)
-            for sub in error.context[:4]
-        ]
+        reasons = [reason for sub in error.context[:4] for reason in _describe(sub, relative=True)]
         message += " (" + "; ".join(reasons) + ")"
-    yield f"{loc or '(arguments)'}: {message}"
+    if relative and not loc:
+        yield message
+    else:
+        yield f"{loc or '(arguments)'}: {message}"
 
 
 def _location(path: Iterable[Any]) -> str:

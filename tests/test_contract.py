@@ -78,8 +78,8 @@ def test_validation_lists_every_problem() -> None:
         sample.validate({"mode": "c", "count": 0, "extra": 1})
     problems = "\n".join(info.value.problems)
     assert "path: Field required" in problems
-    assert "mode: Input should be 'a' or 'b'" in problems
-    assert "count: Input should be greater than or equal to 1" in problems
+    assert "mode: 'c' is not one of ['a', 'b']" in problems
+    assert "count: 0 is less than the minimum of 1" in problems
     assert "extra: unexpected argument" in problems
 
 

@@ -105,8 +105,8 @@ def test_invalid_arguments_list_each_problem_and_ask_for_a_fix(workspace: Worksp
     assert result.error_type is ErrorType.INVALID_ARGUMENTS
     assert result.content == (
         "Invalid arguments for tool 'echo':\n"
+        "- times: 'many' is not of type 'integer'\n"
         "- text: Field required\n"
-        "- times: Input should be a valid integer, unable to parse string as an integer\n"
         "- txt: unexpected argument\n"
         "Fix the arguments and call the tool again."
     )

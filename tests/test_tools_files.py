@@ -44,7 +44,7 @@ def _full_read(workspace: Workspace, **arguments: Any) -> str:
 
 
 def _large_markdown() -> str:
-    """The file seed 001 builds with its node one-liner: 250 sections, 753 lines."""
+    """The file seed 001 builds with its node one-liner: 250 sections, 752 lines (`wc -l`)."""
     text = "# Large Test\n\n"
     for i in range(1, 251):
         text += f"## Section {i}\n" + "x" * 400 + "\n\n"
@@ -88,7 +88,7 @@ def test_first_page_of_the_seed_file_ends_with_the_footer(
 
     assert result.truncated  # read_file's 500-character limit; the footer is in the tail
     last = ok(result).split("\n")[-1]
-    assert last == "[Showing lines 1-200 of 753. Use offset to read more.]"
+    assert last == "[Showing lines 1-200 of 752. Use offset to read more.]"
 
 
 def test_second_page_of_the_seed_file_ends_with_the_footer(
@@ -99,7 +99,7 @@ def test_second_page_of_the_seed_file_ends_with_the_footer(
     result = run_tool(read_file, path="large-test.md", offset=200, limit=200)
 
     last = ok(result).split("\n")[-1]
-    assert last == "[Showing lines 201-400 of 753. Use offset to read more.]"
+    assert last == "[Showing lines 201-400 of 752. Use offset to read more.]"
 
 
 def test_pages_are_exactly_the_seed_slices(workspace: Workspace) -> None:
@@ -111,19 +111,59 @@ def test_pages_are_exactly_the_seed_slices(workspace: Workspace) -> None:
     second = _full_read(workspace, path="large-test.md", offset=200, limit=200)
     last = _full_read(workspace, path="large-test.md", offset=600, limit=200)
 
-    footer = "\n\n[Showing lines {}-{} of 753. Use offset to read more.]"
+    footer = "\n\n[Showing lines {}-{} of 752. Use offset to read more.]"
     assert first == "\n".join(lines[:200]) + footer.format(1, 200)
     assert second == "\n".join(lines[200:400]) + footer.format(201, 400)
     assert last == "\n".join(lines[600:])  # the end is reached: no footer
 
 
-def test_a_trailing_newline_counts_as_an_empty_last_line(workspace: Workspace) -> None:
+def test_a_trailing_newline_ends_the_last_line_and_starts_none(workspace: Workspace) -> None:
     (workspace.root / "a.txt").write_text("one\ntwo\n")
 
-    assert _full_read(workspace, path="a.txt", limit=2) == (
-        "one\ntwo\n\n[Showing lines 1-2 of 3. Use offset to read more.]"
+    # The page of 2 lines is the whole file: no footer, and the file's own final newline.
+    assert _full_read(workspace, path="a.txt", limit=2) == "one\ntwo\n"
+    assert _full_read(workspace, path="a.txt", limit=1) == (
+        "one\n\n[Showing lines 1-1 of 2. Use offset to read more.]"
     )
     assert _full_read(workspace, path="a.txt") == "one\ntwo\n"
+
+
+@pytest.mark.parametrize(
+    ("content", "lines"),
+    [
+        ("a\nb\nc\n", 3),  # as wc -l counts
+        ("a\nb\nc", 3),  # a last line without a newline counts too
+        ("a\n\n", 2),  # an empty line before the final newline is a line
+        ("\n", 1),  # one empty line
+        ("c", 1),
+    ],
+)
+def test_read_file_counts_lines_as_wc_does(
+    run_tool: RunTool, workspace: Workspace, content: str, lines: int
+) -> None:
+    (workspace.root / "f.txt").write_text(content)
+
+    footer = f"[Showing lines 1-1 of {lines}. Use offset to read more.]"
+    if lines > 1:
+        assert _full_read(workspace, path="f.txt", limit=1).endswith(footer)
+    empty = "[Line 1 of f.txt is empty, and the file ends there (1 line in all).]"
+    whole = content if content.strip() else empty
+    assert _full_read(workspace, path="f.txt", limit=lines) == whole
+    past = tool_error(run_tool(read_file, path="f.txt", offset=lines))
+    assert past.startswith(f"Offset {lines} is past the end of f.txt, which has {lines} line")
+
+
+def test_read_file_offset_at_and_past_the_end_of_a_file_with_a_final_newline(
+    run_tool: RunTool, workspace: Workspace
+) -> None:
+    (workspace.root / "a.txt").write_text("a\nb\nc\n")
+
+    assert ok(run_tool(read_file, path="a.txt", offset=2)) == "c\n"
+    for offset in (3, 4):
+        assert tool_error(run_tool(read_file, path="a.txt", offset=offset)) == (
+            f"Offset {offset} is past the end of a.txt, which has 3 lines. "
+            "Use an offset from 0 to 2."
+        )
 
 
 def test_read_file_keeps_carriage_returns(workspace: Workspace) -> None:
@@ -185,8 +225,8 @@ def test_read_file_offset_past_the_end_is_an_error_never_an_empty_page(
     (workspace.root / "empty.txt").write_bytes(b"")
 
     assert tool_error(run_tool(read_file, path="large-test.md", offset=800)) == (
-        "Offset 800 is past the end of large-test.md, which has 753 lines. "
-        "Use an offset from 0 to 752."
+        "Offset 800 is past the end of large-test.md, which has 752 lines. "
+        "Use an offset from 0 to 751."
     )
     assert tool_error(run_tool(read_file, path="one.txt", offset=1)) == (
         "Offset 1 is past the end of one.txt, which has 1 line. Use offset 0."
@@ -200,19 +240,21 @@ def test_read_file_offset_past_the_end_is_an_error_never_an_empty_page(
 def test_read_file_says_so_when_only_empty_lines_are_left(
     run_tool: RunTool, workspace: Workspace
 ) -> None:
-    # The line after a final newline counts (see above) but holds nothing: an answer of ""
-    # would read as a failure, so the tool says what is there.
-    (workspace.root / "a.txt").write_text("one\ntwo\n")
+    # Empty lines before the end hold nothing: an answer of "" would read as a failure, so
+    # the tool says what is there.
     (workspace.root / "b.txt").write_text("x\n\n\n")
 
-    assert ok(run_tool(read_file, path="a.txt", offset=2)) == (
-        "[Line 3 of a.txt is empty, and the file ends there (3 lines in all).]"
-    )
     assert ok(run_tool(read_file, path="b.txt", offset=1)) == (
-        "[Lines 2-4 of b.txt are empty, and the file ends there (4 lines in all).]"
+        "[Lines 2-3 of b.txt are empty, and the file ends there (3 lines in all).]"
+    )
+    assert ok(run_tool(read_file, path="b.txt", offset=2)) == (
+        "[Line 3 of b.txt is empty, and the file ends there (3 lines in all).]"
     )
     assert ok(run_tool(read_file, path="b.txt", offset=1, limit=1)) == (
-        "\n\n[Showing lines 2-2 of 4. Use offset to read more.]"
+        "\n\n[Showing lines 2-2 of 3. Use offset to read more.]"
+    )
+    assert tool_error(run_tool(read_file, path="b.txt", offset=3)).startswith(
+        "Offset 3 is past the end of b.txt, which has 3 lines."
     )
 
 
@@ -262,7 +304,7 @@ def test_read_file_streams_a_large_file(run_tool: RunTool, workspace: Workspace)
         tracemalloc.stop()
 
     assert size == 50_000_000
-    assert ok(result).endswith("[Showing lines 1-200 of 500001. Use offset to read more.]")
+    assert ok(result).endswith("[Showing lines 1-200 of 500000. Use offset to read more.]")
     assert peak < 2 * MiB, f"peak {peak} bytes while reading the first page of {size} bytes"
 
 

@@ -6,8 +6,9 @@ which checks a call against the schema its workers published before it queues th
 
 A declared schema must be a valid 2020-12 schema, use no keyword that 2020-12 does not define
 (a misspelt ``requried`` would otherwise be ignored without a word), and point its ``$ref``
-only inside itself. Problems read ``location: message``, as pydantic's do on the worker side
-(``path: 'x' is not of type 'string'``, ``q: Field required``, ``z: unexpected argument``).
+only inside itself. Problems read ``location: message`` (``path: 'x' is not of type 'string'``,
+``q: Field required``, ``z: unexpected argument``); a typed tool's worker words the faults its
+schema shows with these too (see ``executor.contract._tool``), so a model reads one dialect.
 ``format`` is checked for the formats jsonschema knows without extras (email, ipv4, ipv6,
 date, uuid, regex).
 """
@@ -103,9 +104,13 @@ def check_schema(schema: Any, where: str = "parameters") -> None:
                 _check_reference(resolver, node[key], f"{at}.{key}")
 
 
-def validate(schema: dict[str, Any], value: Any) -> list[str]:
-    """Every way ``value`` breaks ``schema``, as ``location: problem`` lines; empty if valid."""
-    return _problems(_validator(json.dumps(schema)), value)
+def validate(schema: dict[str, Any], value: Any, *, lax: bool = False) -> list[str]:
+    """Every way ``value`` breaks ``schema``, as ``location: problem`` lines; empty if valid.
+
+    ``lax`` as for ``validate_arguments``. A typed tool's worker words its refusals with this
+    too, so a fault reads the same whether the client or the worker finds it.
+    """
+    return _problems(_validator(json.dumps(schema)), value, lax=lax)
 
 
 def validate_arguments(
@@ -197,9 +202,10 @@ def _converted(error: ValidationError) -> bool:
     return False
 
 
-def _describe(error: ValidationError) -> Iterator[str]:
-    """``location: message`` lines for one error, worded like the pydantic side's."""
-    loc = _location(error.absolute_path)
+def _describe(error: ValidationError, *, relative: bool = False) -> Iterator[str]:
+    """``location: message`` lines for one error (``relative``: located from the value its
+    ``anyOf`` / ``oneOf`` checked, and without a location for that value itself)."""
+    loc = _location(error.relative_path if relative else error.absolute_path)
     prefix = f"{loc}." if loc else ""
     instance = error.instance
     if error.validator == "required" and isinstance(instance, dict):
@@ -213,13 +219,12 @@ def _describe(error: ValidationError) -> Iterator[str]:
         return
     message = _shorten(error.message, instance)
     if error.context:  # anyOf / oneOf: say why each form failed
-        reasons = [
-            (f"{_location(sub.relative_path)}: " if sub.relative_path else "")
-            + _shorten(sub.message, sub.instance)
-            for sub in error.context[:4]
-        ]
+        reasons = [reason for sub in error.context[:4] for reason in _describe(sub, relative=True)]
         message += " (" + "; ".join(reasons) + ")"
-    yield f"{loc or '(arguments)'}: {message}"
+    if relative and not loc:
+        yield message
+    else:
+        yield f"{loc or '(arguments)'}: {message}"
 
 
 def _location(path: Iterable[Any]) -> str:

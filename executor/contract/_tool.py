@@ -213,7 +213,7 @@ def _from_signature(
         try:
             parsed = model.model_validate(arguments)
         except ValidationError as exc:
-            raise InvalidArgumentsError(tool_name, _describe(exc)) from None
+            raise InvalidArgumentsError(tool_name, _problems(schema, arguments, exc)) from None
         return {field: getattr(parsed, field) for field in names}
 
     return schema, validator
@@ -240,10 +240,32 @@ def _has_description(annotation: Any) -> bool:
     return any(isinstance(m, FieldInfo) and m.description for m in annotation.__metadata__)
 
 
+def _problems(schema: dict[str, Any], arguments: dict[str, Any], exc: ValidationError) -> list[str]:
+    """What is wrong with ``arguments``, worded as the client's check words it.
+
+    The client checks a call against the published schema before it is queued; the same
+    check words the worker's refusal, so a fault reads the same from both. Pydantic's words
+    stay for the arguments whose fault the schema cannot show (a custom validator's).
+    """
+    worded = _schema.validate(schema, arguments, lax=True)
+    named = {_argument(problem) for problem in worded}
+    return worded + [p for p in _describe(exc) if _argument(p) not in named]
+
+
+def _argument(problem: str) -> str:
+    """The top-level argument a ``location: message`` problem is about."""
+    return re.split(r"[.\[:]", problem, maxsplit=1)[0]
+
+
 def _describe(exc: ValidationError) -> list[str]:
     problems = []
     for error in exc.errors(include_url=False):
-        loc = ".".join(str(part) for part in error["loc"]) or "(arguments)"
+        loc = (
+            "".join(
+                f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"]
+            ).lstrip(".")
+            or "(arguments)"
+        )
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = "unexpected argument"

@@ -56,10 +56,10 @@ def read_file(
         )
     try:
         with open(resolved, encoding="utf-8", errors="replace", newline="\n") as stream:
-            page, total, empty_end = _read_page(stream, offset, limit, ctx.cancelled)
+            page, total, final_newline = _read_page(stream, offset, limit, ctx.cancelled)
     except OSError as exc:
         raise ToolError(f"Cannot read {shown}: {exc.strerror}.") from None
-    if total == 1 and empty_end:
+    if total == 0:
         if offset == 0:
             return f"[{shown} is empty.]"
         raise ToolError(
@@ -73,17 +73,19 @@ def read_file(
         )
     end = offset + len(page)
     if end >= total and not any(page):
-        # Blank lines up to the end (the empty last line after a final newline, say): say so
-        # rather than answer with nothing.
+        # Blank lines up to the end: say so rather than answer with nothing.
         span = (
             f"Line {end} of {shown} is"
             if len(page) == 1
             else f"Lines {offset + 1}-{end} of {shown} are"
         )
-        return f"[{span} empty, and the file ends there ({total} lines in all).]"
+        count = "1 line" if total == 1 else f"{total} lines"
+        return f"[{span} empty, and the file ends there ({count} in all).]"
     result = "\n".join(page)
     if end < total:
         result += f"\n\n[Showing lines {offset + 1}-{end} of {total}. Use offset to read more.]"
+    elif final_newline:
+        result += "\n"  # a page that reaches the end reads as the file does
     return result
 
 
@@ -256,10 +258,11 @@ def _read_page(
     stream: IO[str], offset: int, limit: int, cancelled: threading.Event
 ) -> tuple[list[str], int, bool]:
     """Lines ``offset`` to ``offset + limit`` of ``stream``, its line count, and whether its
-    last line is empty (known only when the page reaches the end; False otherwise).
+    last line ends with a newline (known only when the page reaches the end; False otherwise).
 
-    Lines are what ``content.split("\\n")`` gives, read in bounded chunks: only the page is
-    kept, so memory follows the page and not the file.
+    Lines are counted as ``wc -l`` does, plus a last line that has no newline: a final
+    newline ends the last line and starts none. They are read in bounded chunks and only the
+    page is kept, so memory follows the page and not the file.
     """
     page: list[str] = []
     index = 0
@@ -268,16 +271,21 @@ def _read_page(
             raise ToolError("read_file was cancelled.")
         in_page = offset <= index < offset + limit
         kept, dropped, ended = _read_line(stream, MAX_LINE_CHARS if in_page else 0)
+        if not ended and not kept and not dropped:
+            # The end of the file, right after a newline (or in an empty file): no line here.
+            return page, index, index > 0
         if in_page and dropped:
             page.append(f"{kept} [line truncated: {dropped} more characters]")
         elif in_page:
             page.append(kept)
         index += 1
         if not ended:
-            return page, index, not kept and not dropped
+            return page, index, False
         if index >= offset + limit:
-            # The page is full; the rest is one more line plus one per newline left.
-            return page, index + 1 + _count_newlines(stream, cancelled), False
+            # The page is full; the rest is one line per newline left, and one more for text
+            # after the last newline.
+            rest = _count_lines(stream, cancelled)
+            return page, index + rest, rest == 0  # at the end, this line's newline was last
 
 
 def _read_line(stream: IO[str], keep: int) -> tuple[str, int, bool]:
@@ -299,13 +307,15 @@ def _read_line(stream: IO[str], keep: int) -> tuple[str, int, bool]:
             return "".join(kept), dropped, ended
 
 
-def _count_newlines(stream: IO[str], cancelled: threading.Event) -> int:
+def _count_lines(stream: IO[str], cancelled: threading.Event) -> int:
     count = 0
+    last = "\n"
     while chunk := stream.read(_CHUNK):
         if cancelled.is_set():
             raise ToolError("read_file was cancelled.")
         count += chunk.count("\n")
-    return count
+        last = chunk[-1]
+    return count + (last != "\n")
 
 
 def _encode(text: str, argument: str, errors: str) -> bytes:

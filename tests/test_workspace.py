@@ -55,3 +55,17 @@ def test_root_must_be_a_directory(tmp_path: Path) -> None:
 def test_relative_display(workspace: Workspace) -> None:
     assert workspace.relative(workspace.root / "a" / "b") == os.path.join("a", "b")
     assert workspace.relative(workspace.root) == "."
+
+
+@pytest.mark.parametrize("name", ["~0", "~no-such-user-here", "~0/a.txt"])
+def test_a_tilde_of_no_known_user_is_a_plain_name_in_the_workspace(
+    workspace: Workspace, name: str
+) -> None:
+    # Path.expanduser raises RuntimeError for ~user of an unknown user: a tool's bad input,
+    # which must not become an unexpected error of the worker.
+    assert workspace.resolve(name) == workspace.root / name
+
+
+def test_a_tilde_of_the_home_still_expands_and_is_refused_outside(workspace: Workspace) -> None:
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        workspace.resolve("~/.ssh")

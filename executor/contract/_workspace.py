@@ -32,7 +32,7 @@ class Workspace:
         """
         if "\x00" in path:
             raise WorkspaceError("Path contains a NUL character; give a plain file path.")
-        candidate = Path(path).expanduser() if path.startswith("~") else Path(path)
+        candidate = _expand_home(path)
         joined = candidate if candidate.is_absolute() else self.root / candidate
         resolved = Path(os.path.realpath(joined))
         if resolved != self.root and self.root not in resolved.parents:
@@ -49,3 +49,14 @@ class Workspace:
         except ValueError:
             return str(path)
         return str(rel) if str(rel) != "." else "."
+
+
+def _expand_home(path: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; as a shell does, a ``~name`` of no
+    known user stays a plain name (Path.expanduser raises for it)."""
+    if not path.startswith("~"):
+        return Path(path)
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        return Path(path)

@@ -38,7 +38,7 @@ SAMPLES: dict[str, Callable[[], str]] = {
         texts.unknown_tool("fly", _TOOLS)
     ),
     "invalid_arguments_answer": lambda: texts.invalid_arguments_answer(
-        "read_file", ["path: Field required", "offset: Input should be a valid integer"]
+        "read_file", ["offset: 'x' is not of type 'integer'", "path: Field required"]
     ),
     "check_blocked": lambda: texts.check_blocked("no shell in this session"),
     "user_rejected": texts.user_rejected,

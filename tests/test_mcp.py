@@ -23,6 +23,8 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp.client import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from executor import Sessions, Settings
@@ -585,6 +587,12 @@ def test_over_http_each_client_keeping_a_session_id_gets_a_session_of_its_own(
                 assert refused.is_error
                 assert "Mcp-Session-Id" in text_of(refused)
                 assert "--session NAME" in text_of(refused)
+                # A request answered with no result says the same as a JSON-RPC error.
+                with pytest.raises(MCPError) as listing:
+                    await modern.list_tools()
+                assert listing.value.code == INVALID_REQUEST, listing.value.error
+                assert "Mcp-Session-Id" in listing.value.error.message
+                assert "--session NAME" in listing.value.error.message
 
         run(scenario)
 

@@ -36,7 +36,7 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
-from mcp_types.jsonrpc import INTERNAL_ERROR
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
@@ -200,11 +200,19 @@ class PoolServer:
         with Sessions(settings=self.settings) as sessions:
             sessions.create(name)
 
+    async def _request_session(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """``_session_of`` for a request answered with a JSON-RPC error: a request that cannot
+        be given a session is refused saying why (``-32600``), not ``Internal server error``."""
+        try:
+            return await self._session_of(ctx)
+        except ToolpoolError as exc:
+            raise MCPError(INVALID_REQUEST, str(exc)) from None
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        session = await self._session_of(ctx)
-        infos = await anyio.to_thread.run_sync(lambda: self._tools(session))
+        session = await self._request_session(ctx)
+        infos = await _answered(lambda: self._tools(session))
         return types.ListToolsResult(tools=[mcp_tool(info) for info in infos])
 
     def _tools(self, session: str | None) -> list[ToolInfo]:
@@ -291,7 +299,7 @@ class PoolServer:
 
     async def _resources(self, ctx: ServerRequestContext[Any]) -> Resources:
         """The resources as this request's client sees them: its session's workspace."""
-        session = await self._session_of(ctx)
+        session = await self._request_session(ctx)
 
         def run(call: ToolCall) -> ToolResult:
             with self.executors.borrow() as executor:
@@ -385,9 +393,11 @@ def _client_of(ctx: ServerRequestContext[Any]) -> str:
     client = headers.get("mcp-session-id")
     if not client:
         raise ToolpoolError(
-            "A session per client over HTTP needs the client's MCP session id "
-            "(Mcp-Session-Id), and this request has none; start the server with --session "
-            "NAME instead, or connect with a client that keeps a session."
+            "This server gives each client a session of its own (--session-per-client), "
+            "told apart by the MCP session id (Mcp-Session-Id) a client keeps from its "
+            "initialize handshake, and this request has none (a client of the 2026-07-28 "
+            "protocol sends none); start the server with --session NAME instead, or connect "
+            "with a client that keeps a session."
         )
     return str(client)
 

@@ -98,14 +98,17 @@ def _require_token(app: ASGIApp, token: str) -> ASGIApp:
 
 
 class _Uvicorn(uvicorn.Server):
-    """uvicorn, ending the pool's ``subscriptions/listen`` streams when it shuts down: it waits
-    for every response in progress to end first, and a listen stream never ends by itself."""
+    """uvicorn, ending the calls in flight (cancelled on the pool) and the pool's
+    ``subscriptions/listen`` streams when it shuts down: it waits for every response in
+    progress to end first, and a listen stream never ends by itself, a call only when its
+    tool returns."""
 
     def __init__(self, config: uvicorn.Config, pool: PoolServer) -> None:
         super().__init__(config)
         self._pool = pool
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._pool.cancel_calls()
         self._pool.watch.end_streams()
         await super().shutdown(sockets)
 

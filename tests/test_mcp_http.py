@@ -1,0 +1,131 @@
+"""``toolpool mcp --http`` at its edges: stopping it with calls in flight, a client that drops
+a call's stream, the answers a client without the token gets, and resuming an SSE stream.
+
+The server is a real process in front of two real worker processes (as in ``test_mcp``);
+clients are the official MCP client SDK, or raw HTTP where the test is about the wire.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.support.mcp import (
+    ROOT,
+    _Output,
+    http_command,
+    http_session,
+    mcp_env,
+    start_builtin_pool,
+)
+from tests.support.pids import processes_with, sleep_marker, survivors
+from tests.support.ports import free_port
+from tests.support.procs import MakeWorkers, Workers, stop_process
+from tests.support.waiting import PATIENCE_S, wait_for
+from tests.test_mcp import MODES, error_text, run, stored_results, wait_until
+
+pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
+
+
+@pytest.fixture
+def pool(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iterator[Workers]:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    workers = start_builtin_pool(make_workers, redis_url, workspace)
+    yield workers
+    print(workers.diagnosis())
+
+
+class Server:
+    """``toolpool mcp --http`` as a process this test stops itself."""
+
+    def __init__(self, redis_url: str, log: Path, *options: str) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/mcp"
+        with log.open("ab") as stderr:
+            self.process = subprocess.Popen(
+                [*http_command(redis_url, port), *options],
+                env=mcp_env(),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        self.output = _Output(self.process, f"toolpool mcp: serving on {self.url}")
+        wait_for(
+            lambda: self.output.seen.is_set() or self.process.poll() is not None,
+            f"the server to say it serves {self.url}",
+        )
+        assert self.output.seen.is_set(), f"the server ended: {self.output.text()!r}"
+
+    def close(self) -> None:
+        stop_process(self.process, PATIENCE_S)
+        self.output.close()
+        print(f"--- MCP server stdout ---\n{self.output.text()[-3000:]}")
+
+
+@pytest.fixture
+def server(redis_url: str, pool: Workers, server_log: Path) -> Iterator[Server]:
+    started = Server(redis_url, server_log)
+    yield started
+    started.close()
+
+
+def _kill(marker: str) -> None:
+    """A failed cancellation leaves its sleep running: ours to end."""
+    for pid in processes_with(marker):
+        os.kill(pid, signal.SIGKILL)
+
+
+# -- stopping the server ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ctrl_c_with_a_call_in_flight_cancels_it_and_exits(
+    mode: str, redis_url: str, server: Server
+) -> None:
+    # A 300 s sleep in flight: a server that waited for it (its response in progress, or a
+    # thread still collecting it) would outlive the patience below by minutes.
+    marker = sleep_marker()
+    outcome: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with http_session(server.url, mode=mode) as client:
+
+            async def call() -> None:
+                outcome["result"] = await client.call_tool(
+                    "bash", {"command": f"sleep {marker}", "timeout": 500}
+                )
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(call)
+                await wait_until(lambda: processes_with(marker), "the call's sleep to start")
+                server.process.send_signal(signal.SIGINT)
+                outcome["exit"] = await anyio.to_thread.run_sync(
+                    lambda: server.process.wait(PATIENCE_S)
+                )
+        # Checked before the test's own clean-up could end the sleep instead.
+        outcome["left"] = await anyio.to_thread.run_sync(survivors, marker, PATIENCE_S)
+
+    try:
+        run(scenario)
+    finally:
+        _kill(marker)
+    assert outcome["exit"] == 0
+    assert "toolpool mcp: stopped" in server.output.text()
+    # The client heard why its call ended; the call was cancelled on the pool.
+    assert error_text(outcome["result"]) == (
+        "The MCP server stopped while this bash call ran: the call was cancelled. "
+        "Call it again once the server is back."
+    )
+    assert outcome["left"] == [], f"the cancelled call's sleep still runs: {outcome['left']}"
+    wait_for(lambda: stored_results(redis_url, "bash"), "the cancelled call's stored result")
+    assert [r.error_type for r in stored_results(redis_url, "bash")] == ["cancelled"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 
 from tests.support.mcp import (
@@ -129,3 +130,78 @@ def test_ctrl_c_with_a_call_in_flight_cancels_it_and_exits(
     assert outcome["left"] == [], f"the cancelled call's sleep still runs: {outcome['left']}"
     wait_for(lambda: stored_results(redis_url, "bash"), "the cancelled call's stored result")
     assert [r.error_type for r in stored_results(redis_url, "bash")] == ["cancelled"]
+
+
+# -- without the token --------------------------------------------------------------------------
+
+TOKEN = "s3cret-token-for-the-test"
+HOW = (
+    "send the header Authorization: Bearer TOKEN, TOKEN being the value of the server's "
+    "TOOLPOOL_MCP_TOKEN (or --token)"
+)
+
+
+def test_a_request_without_the_token_is_told_what_was_wrong_and_how_to_send_it(
+    redis_url: str, pool: Workers, server_log: Path
+) -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    accept = {"Accept": "application/json, text/event-stream"}
+    served = Server(redis_url, server_log, "--token", TOKEN)
+    try:
+        base = served.url.removesuffix("/mcp")
+        with httpx2.Client(timeout=PATIENCE_S) as http:
+            refused = {
+                label: http.post(served.url, json=initialize, headers={**accept, **extra})
+                for label, extra in (
+                    ("none", {}),
+                    ("wrong", {"Authorization": "Bearer nope"}),
+                    ("not bearer", {"Authorization": TOKEN}),
+                )
+            }
+            # What a host's OAuth discovery and client registration ask for after a 401.
+            oauth = {
+                path: http.request(method, base + path)
+                for method, path in (
+                    ("GET", "/.well-known/oauth-protected-resource/mcp"),
+                    ("GET", "/.well-known/oauth-protected-resource"),
+                    ("GET", "/.well-known/oauth-authorization-server"),
+                    ("GET", "/.well-known/openid-configuration"),
+                    ("POST", "/register"),
+                )
+            }
+    finally:
+        served.close()
+
+    wrong = {
+        "none": "this request has none",
+        "wrong": "refused the bearer token this request sent, which is not its own",
+        "not bearer": "Authorization header is not of the form Bearer TOKEN",
+    }
+    codes = {"none": None, "wrong": "invalid_token", "not bearer": "invalid_request"}
+    for label, response in refused.items():
+        assert response.status_code == 401, (label, response.text)
+        described = response.json()["error_description"]
+        assert wrong[label] in described, (label, described)
+        assert HOW in described, (label, described)
+        challenge = response.headers["www-authenticate"]
+        assert challenge.startswith('Bearer realm="toolpool"'), challenge
+        assert f'error_description="{described}"' in challenge, challenge
+        assert ("error=" in challenge.replace("error_description=", "")) == bool(codes[label])
+        if codes[label]:
+            assert f'error="{codes[label]}"' in challenge, challenge
+            assert response.json()["error"] == codes[label]
+    for path, response in oauth.items():
+        assert response.status_code == 404, (path, response.text)
+        assert response.json()["error"] == "invalid_request", (path, response.text)
+        described = response.json()["error_description"]
+        assert "takes no OAuth" in described, (path, described)
+        assert HOW in described, (path, described)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import json
 import socket
 from collections.abc import Callable
 from typing import Any, cast
@@ -66,35 +67,71 @@ def http_app(
     return app, pool
 
 
+# What a request without this server's token is told, in the 401's body and its
+# ``WWW-Authenticate`` header (hosts show one or the other): what was wrong, and how to pass it.
+_SEND = (
+    "send the header Authorization: Bearer TOKEN, TOKEN being the value of the server's "
+    "TOOLPOOL_MCP_TOKEN (or --token); in an MCP host, add that header to the server's entry"
+)
+_HOW = f"{_SEND} (this server takes no OAuth)."
+_MISSING_TOKEN = f"toolpool mcp needs its bearer token, and this request has none: {_HOW}"
+_NOT_BEARER = (
+    f"toolpool mcp needs its bearer token, and this request's Authorization header is not "
+    f"of the form Bearer TOKEN: {_HOW}"
+)
+_WRONG_TOKEN = (
+    f"toolpool mcp refused the bearer token this request sent, which is not its own: {_HOW}"
+)
+# OAuth discovery and registration, which a host starts on a 401: answered at once, with the
+# same message, where a host that finds no OAuth shows it.
+_OAUTH_PATHS = ("/.well-known/", "/register", "/authorize", "/token")
+_NO_OAUTH = (
+    "toolpool mcp takes no OAuth (no authorization server, no client registration): it "
+    f"needs its bearer token; {_SEND}."
+)
+
+
 def _require_token(app: ASGIApp, token: str) -> ASGIApp:
-    """Answer 401 to an HTTP request without ``Authorization: Bearer TOKEN``."""
+    """Answer 401 to an HTTP request without ``Authorization: Bearer TOKEN``, saying what was
+    wrong and how to send it, and 404 to a host's OAuth discovery and registration."""
     expected = f"Bearer {token}".encode()
 
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
+            path = str(scope.get("path") or "")
+            if path.startswith(_OAUTH_PATHS):
+                await _refuse(send, 404, "invalid_request", _NO_OAUTH, challenge=False)
+                return
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(given, expected):
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b'Bearer realm="toolpool"'),
-                        ],
-                    }
-                )
-                await send(
-                    {
-                        "type": "http.response.body",
-                        "body": b'{"error": "a bearer token is required: send '
-                        b'Authorization: Bearer TOKEN"}',
-                    }
-                )
+                if not given:
+                    await _refuse(send, 401, None, _MISSING_TOKEN)
+                elif given[:7].lower() != b"bearer ":
+                    await _refuse(send, 401, "invalid_request", _NOT_BEARER)
+                else:
+                    await _refuse(send, 401, "invalid_token", _WRONG_TOKEN)
                 return
         await app(scope, receive, send)
 
     return guarded
+
+
+async def _refuse(
+    send: Any, status: int, error: str | None, description: str, *, challenge: bool = True
+) -> None:
+    """An OAuth-style error answer (RFC 6750): ``error`` and ``error_description`` in the JSON
+    body and, for a 401, in the ``WWW-Authenticate: Bearer`` challenge (no ``error`` code when
+    the request sent no credentials at all, as RFC 6750 says)."""
+    body: dict[str, str] = {"error": error or "invalid_request", "error_description": description}
+    headers = [(b"content-type", b"application/json")]
+    if challenge:
+        params = ['realm="toolpool"']
+        if error is not None:
+            params.append(f'error="{error}"')
+        params.append(f'error_description="{description}"')
+        headers.append((b"www-authenticate", ("Bearer " + ", ".join(params)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": json.dumps(body).encode()})
 
 
 class _Uvicorn(uvicorn.Server):

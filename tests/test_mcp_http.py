@@ -7,10 +7,11 @@ clients are the official MCP client SDK, or raw HTTP where the test is about the
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,89 @@ def test_a_request_without_the_token_is_told_what_was_wrong_and_how_to_send_it(
         described = response.json()["error_description"]
         assert "takes no OAuth" in described, (path, described)
         assert HOW in described, (path, described)
+
+
+# -- resuming a stream --------------------------------------------------------------------------
+
+RESUMABLE = "2025-11-25"  # the first protocol whose clients resume a stream
+Events = list[dict[str, str]]
+
+
+def _events(raw: bytes) -> Events:
+    """The SSE events in ``raw``, each as its fields (``id``, ``retry``, ``data``...)."""
+    found = []
+    for block in raw.replace(b"\r\n", b"\n").decode().split("\n\n"):
+        fields: dict[str, str] = {}
+        for line in block.splitlines():
+            name, _, value = line.partition(":")
+            if name:
+                fields[name] = value.removeprefix(" ")
+        if fields:
+            found.append(fields)
+    return found
+
+
+def _read_until(response: httpx2.Response, done: Callable[[Events], bool]) -> Events:
+    """The events of a stream, read until ``done`` says they are enough (or it ends)."""
+    raw = b""
+    for chunk in response.iter_raw():
+        raw += chunk
+        events = _events(raw) if raw.endswith((b"\n\n", b"\r\n\r\n")) else []
+        if events and done(events):
+            return events
+    return _events(raw)
+
+
+def _answers(request_id: int, event: dict[str, str]) -> bool:
+    return f'"id":{request_id},' in event.get("data", "")
+
+
+def test_a_client_that_lost_a_calls_stream_resumes_it_with_last_event_id(
+    redis_url: str, server: Server, tmp_path: Path
+) -> None:
+    # The call waits for a file the test writes only once the stream is gone: its result
+    # can only come on the resumed stream.
+    release = tmp_path / "release"
+    command = f"until [ -e {release} ]; do sleep 0.02; done; echo resumed"
+    headers = {"Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": RESUMABLE,
+            "capabilities": {},
+            "clientInfo": {"name": "resuming", "version": "0"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": command, "timeout": 120}},
+    }
+    with httpx2.Client(timeout=PATIENCE_S) as http:
+        opened = http.post(server.url, json=initialize, headers=headers)
+        headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+        headers["Mcp-Protocol-Version"] = RESUMABLE
+        http.post(
+            server.url,
+            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+            headers=headers,
+        )
+        with http.stream("POST", server.url, json=call, headers=headers) as stream:
+            # The priming event: an id and the retry time, before anything else.
+            (priming,) = _read_until(stream, lambda events: len(events) >= 1)
+        release.touch()  # the stream is closed: the result comes while no stream is open
+        with http.stream(
+            "GET", server.url, headers={**headers, "Last-Event-ID": priming["id"]}
+        ) as resumed:
+            events = _read_until(
+                resumed, lambda got: any('"id":2' in e.get("data", "") for e in got)
+            )
+    assert priming["data"] == "", priming
+    assert int(priming["retry"]) > 0, priming
+    (answer,) = [e for e in events if _answers(2, e)]
+    assert answer["id"], answer  # every event has an id to resume after
+    result = json.loads(answer["data"])["result"]
+    assert result["content"][0]["text"] == "exit code: 0\nstdout:\nresumed", result

@@ -15,6 +15,7 @@ from mcp.server.stdio import stdio_server
 from executor._settings import Settings
 from executor.mcp._pipes import std_pipes
 from executor.mcp._policy import ServerPolicy
+from executor.mcp._replay import RETRY_MS, SessionEvents, give_each_session_its_events
 from executor.mcp._server import PoolServer
 from executor.mcp._turns import turn_routes
 
@@ -60,8 +61,13 @@ def http_app(
         settings, session=session, session_per_client=session_per_client, policy=policy
     )
     app: ASGIApp = pool.server.streamable_http_app(
-        streamable_http_path=PATH, host=host, custom_starlette_routes=turn_routes(pool)
+        streamable_http_path=PATH,
+        host=host,
+        custom_starlette_routes=turn_routes(pool),
+        event_store=SessionEvents(),
+        retry_interval=RETRY_MS,
     )
+    give_each_session_its_events(pool.server.session_manager)
     if token:
         app = _require_token(app, token)
     return app, pool

@@ -292,3 +292,45 @@ def test_a_client_that_lost_a_calls_stream_resumes_it_with_last_event_id(
     assert answer["id"], answer  # every event has an id to resume after
     result = json.loads(answer["data"])["result"]
     assert result["content"][0]["text"] == "exit code: 0\nstdout:\nresumed", result
+
+
+# -- a dropped request --------------------------------------------------------------------------
+
+
+def test_a_client_that_drops_a_calls_stream_cancels_the_call(
+    redis_url: str, server: Server
+) -> None:
+    # As an aborted fetch does (the AI SDK's abortSignal): the stream closed, no cancel sent.
+    marker = sleep_marker()
+    version = "2025-06-18"  # a client that cannot resume a stream
+    headers = {"Accept": "application/json, text/event-stream"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": version,
+            "capabilities": {},
+            "clientInfo": {"name": "aborting", "version": "0"},
+        },
+    }
+    call = {
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": f"sleep {marker}", "timeout": 500}},
+    }
+    try:
+        with httpx2.Client(timeout=PATIENCE_S) as http:
+            opened = http.post(server.url, json=initialize, headers=headers)
+            headers["Mcp-Session-Id"] = opened.headers["mcp-session-id"]
+            headers["Mcp-Protocol-Version"] = version
+            with http.stream("POST", server.url, json=call, headers=headers) as stream:
+                assert stream.status_code == 200
+                wait_for(lambda: processes_with(marker), "the call's sleep to start")
+            left = survivors(marker, PATIENCE_S)
+    finally:
+        _kill(marker)
+    assert left == [], f"the dropped call's sleep still runs: {left}"
+    wait_for(lambda: stored_results(redis_url, "bash"), "the dropped call's stored result")
+    assert [r.error_type for r in stored_results(redis_url, "bash")] == ["cancelled"]

@@ -70,6 +70,9 @@ _LAST_LINES_S = 2.0
 _STOP_CHECK_S = 0.25
 # How long ``close`` waits for the calls' threads to cancel their calls on the pool.
 _CLOSE_S = 5.0
+_DROPPED = (
+    "This {tool} call was cancelled: its client closed the request's stream and did not resume it."
+)
 _STOPPING = (
     "The MCP server stopped while this {tool} call ran: the call was cancelled. "
     "Call it again once the server is back."
@@ -137,6 +140,9 @@ class PoolServer:
         self._client_sessions: dict[str, str] = {}
         self._creating = anyio.Lock()
         self._in_flight: set[anyio.CancelScope] = set()
+        # The calls in flight of HTTP sessions, by (MCP session id, request id): cancelled
+        # when their client drops the request's stream (a client that aborts sends no cancel).
+        self._droppable: dict[tuple[str, str], Callable[[], None]] = {}
         self._threads = threading.Condition()
         self._stops: set[threading.Event] = set()
         rules = self.policy
@@ -266,8 +272,17 @@ class PoolServer:
                 turn = executor.submit([call], session=session)
                 return _collect(executor, turn, stop)
 
+        why = [_STOPPING]
+        key = (_log_client(ctx), str(ctx.request_id))
+
+        def dropped() -> None:
+            why[0] = _DROPPED
+            stopping.cancel()
+
         with anyio.CancelScope() as stopping:
             self._in_flight.add(stopping)
+            if key[0] and key[0] != "stdio":
+                self._droppable[key] = dropped
             try:
                 session = await self._session_of(ctx)
                 async with self._call_lines(ctx, call.id, floor):
@@ -285,10 +300,20 @@ class PoolServer:
                 raise
             finally:
                 self._in_flight.discard(stopping)
-        # Only the server's stop cancels ``stopping`` itself: the client still hears why.
+                if self._droppable.get(key) is dropped:
+                    del self._droppable[key]
+        # Only the server's stop or a dropped stream cancels ``stopping`` itself: the answer
+        # says why (a resumed stream still gets it).
         return types.CallToolResult(
-            content=[types.TextContent(text=_STOPPING.format(tool=call.name))], is_error=True
+            content=[types.TextContent(text=why[0].format(tool=call.name))], is_error=True
         )
+
+    def drop_request(self, client: str, request_id: str) -> None:
+        """The client of MCP session ``client`` dropped the stream of its request
+        ``request_id`` and did not resume it: cancel that call, as a cancel would."""
+        cancel = self._droppable.get((client, request_id))
+        if cancel is not None:
+            cancel()
 
     def cancel_calls(self) -> None:
         """Cancel every call in flight, on the pool too (the server stops): each is answered

@@ -68,9 +68,61 @@ def http_app(
         retry_interval=RETRY_MS,
     )
     give_each_session_its_events(pool.server.session_manager)
+    app = _cancel_dropped(app, pool)
     if token:
         app = _require_token(app, token)
     return app, pool
+
+
+def _cancel_dropped(app: ASGIApp, pool: PoolServer) -> ASGIApp:
+    """Cancel a session's call whose client closes the request's stream before its answer
+    (an aborted fetch sends no ``notifications/cancelled``), unless the client can resume
+    the stream (protocol 2025-11-25 on): for it a lost stream is no cancel, as the spec says."""
+
+    async def watched(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or [])
+        client = headers.get(b"mcp-session-id", b"").decode()
+        if scope["type"] != "http" or scope.get("method") != "POST" or not client:
+            await app(scope, receive, send)
+            return
+        body = bytearray()
+        answered = False
+
+        async def receiving() -> dict[str, Any]:
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+            elif message["type"] == "http.disconnect" and not answered:
+                request_id = _call_id(bytes(body))
+                version = headers.get(b"mcp-protocol-version", b"").decode()
+                if request_id is not None and version < RESUMABLE:
+                    pool.drop_request(client, request_id)
+            return message
+
+        async def sending(message: dict[str, Any]) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                answered = True
+            await send(message)
+
+        await app(scope, receiving, sending)
+
+    return watched
+
+
+# The first protocol whose clients resume a lost stream (with the priming event's id).
+RESUMABLE = "2025-11-25"
+
+
+def _call_id(body: bytes) -> str | None:
+    """The id of the ``tools/call`` request in a POST's body, if it is one."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if isinstance(message, dict) and message.get("method") == "tools/call":
+        return None if message.get("id") is None else str(message["id"])
+    return None
 
 
 # What a request without this server's token is told, in the 401's body and its

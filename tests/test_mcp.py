@@ -22,10 +22,14 @@ import anyio
 import httpx2
 import mcp_types as types
 import pytest
+import redis
 from mcp.client import Client
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 from executor import Sessions, Settings
+from executor.wire import Keys, ToolResult
 from tests.support.mcp import (
     ROOT,
     TOOLPOOL,
@@ -104,6 +108,19 @@ async def wait_until(condition: Callable[[], object], what: str) -> None:
             await anyio.sleep(0.02)
         return
     raise AssertionError(f"timed out after {PATIENCE_S:g} s waiting for {what}")
+
+
+def stored_results(redis_url: str, tool: str) -> list[ToolResult]:
+    """The results the pool stored for ``tool``'s calls (those its answers came from)."""
+    client = redis.Redis.from_url(redis_url)
+    try:
+        found = [
+            ToolResult.model_validate_json(client.get(key) or b"{}")
+            for key in client.scan_iter(Keys(Settings().redis.key_prefix).result("*"))
+        ]
+    finally:
+        client.close()
+    return [result for result in found if result.name == tool]
 
 
 def text_of(result: types.CallToolResult) -> str:
@@ -461,6 +478,11 @@ def test_cancelling_a_running_call_ends_its_process(
     assert outcome["on a worker"], "the sleep did not run in a worker process"
     assert "result" not in outcome, outcome["result"]
     assert outcome["after"] == "exit code: 0\nstdout:\nafter"
+    # The pool's own record of the call: cancelled by its client, not a tool's failure.
+    kinds = sorted(
+        r.error_type.value if r.error_type else "ok" for r in stored_results(redis_url, "bash")
+    )
+    assert kinds == ["cancelled", "ok"], kinds
 
 
 def test_a_waiting_call_reports_progress_to_a_client_that_asked(
@@ -585,6 +607,12 @@ def test_over_http_each_client_keeping_a_session_id_gets_a_session_of_its_own(
                 assert refused.is_error
                 assert "Mcp-Session-Id" in text_of(refused)
                 assert "--session NAME" in text_of(refused)
+                # A request answered with no result says the same as a JSON-RPC error.
+                with pytest.raises(MCPError) as listing:
+                    await modern.list_tools()
+                assert listing.value.code == INVALID_REQUEST, listing.value.error
+                assert "Mcp-Session-Id" in listing.value.error.message
+                assert "--session NAME" in listing.value.error.message
 
         run(scenario)
 

@@ -214,7 +214,9 @@ def test_node_drives_the_http_server_by_mcp_and_by_whole_turns(
 
     # Plain fetch, before the SDK connected: refused without the token and with a wrong one.
     assert got["unauthorized"]["statuses"] == {"none": 401, "wrong": 401}, got["unauthorized"]
-    assert got["unauthorized"]["challenge"] == 'Bearer realm="toolpool"', got["unauthorized"]
+    assert got["unauthorized"]["challenge"].startswith('Bearer realm="toolpool"'), got[
+        "unauthorized"
+    ]
 
     # The SDK's initialize handshake: a protocol version both speak, with our server.
     assert got["protocolVersion"] in HANDSHAKE_PROTOCOL_VERSIONS, got["protocolVersion"]
@@ -261,9 +263,60 @@ def test_node_drives_the_http_server_by_mcp_and_by_whole_turns(
         malformed
     )
     refused = turns["unauthorized"]["requests"]
-    assert [(r["status"], r["challenge"]) for r in refused.values()] == [
-        (401, 'Bearer realm="toolpool"')
-    ] * 4, refused
+    assert [
+        (r["status"], r["challenge"].startswith('Bearer realm="toolpool"'))
+        for r in refused.values()
+    ] == [(401, True)] * 4, refused
     assert sorted(path.name for path in workspace.iterdir()) == sorted(
         ["note.txt", "notes", later["release"]]
     )
+
+
+# A host's connection without the token: with an OAuth provider, as Claude Code and the MCP
+# Inspector connect (a 401 starts its OAuth discovery and client registration), and without.
+HOST_SCRIPT = """
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+
+const url = new URL(process.argv[2]);
+let info;
+const redirect = "http://127.0.0.1:9/callback";
+const provider = {
+  get redirectUrl() { return redirect; },
+  get clientMetadata() { return { client_name: "host", redirect_uris: [redirect] }; },
+  clientInformation() { return info; },
+  saveClientInformation(saved) { info = saved; },
+  tokens() { return undefined; },
+  saveTokens() {},
+  redirectToAuthorization() { throw new Error("sent to an authorization page"); },
+  saveCodeVerifier() {},
+  codeVerifier() { return "verifier"; },
+};
+const got = {};
+for (const [label, options] of [["oauth", { authProvider: provider }], ["plain", {}]]) {
+  const client = new Client({ name: "host", version: "0" });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(url, options));
+    got[label] = "connected";
+  } catch (error) {
+    got[label] = String(error?.message);
+  }
+}
+console.log(JSON.stringify(got));
+"""
+
+
+def test_a_host_without_the_token_reports_the_servers_reason_not_an_oauth_failure(
+    ts_client: Path, redis_url: str, pool: Workers, tmp_path: Path
+) -> None:
+    script = ts_client.parent / "host_without_token.mjs"
+    script.write_text(HOST_SCRIPT)
+    with http_server(redis_url, tmp_path / "mcp-server.log", "host-token-for-the-test") as url:
+        _, got = run_node(script, url)
+    send = "send the header Authorization: Bearer TOKEN, TOKEN being the value of the server's"
+    # The OAuth flow finds no OAuth, and the client registration's answer says why.
+    assert got["oauth"].startswith("toolpool mcp takes no OAuth"), got["oauth"]
+    assert send in got["oauth"], got["oauth"]
+    # Without OAuth, the 401's body.
+    assert "toolpool mcp needs its bearer token, and this request has none" in got["plain"]
+    assert send in got["plain"], got["plain"]

@@ -23,11 +23,12 @@ small pool (``ExecutorPool``) and gives it back.
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -36,12 +37,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
-from mcp_types.jsonrpc import INTERNAL_ERROR
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_REQUEST
 
 from executor._errors import ToolpoolError
 from executor._settings import Settings
 from executor.client import Executor, Sessions, Turn
 from executor.client._async import ExecutorPool
+from executor.client._executor import in_call_order, take_fresh
 from executor.contract import ToolInfo
 from executor.mcp import _resources
 from executor.mcp._logging import (
@@ -63,6 +65,18 @@ _PROGRESS_S = 1.0
 # After a call's result, how long its last event (written with the result) may take to be
 # read off the events stream and sent, for a client that hears the call's log lines.
 _LAST_LINES_S = 2.0
+# How often a call's waiting thread checks whether its call was cancelled: a thread that waits
+# on keeps the process from exiting after the server stops.
+_STOP_CHECK_S = 0.25
+# How long ``close`` waits for the calls' threads to cancel their calls on the pool.
+_CLOSE_S = 5.0
+_DROPPED = (
+    "This {tool} call was cancelled: its client closed the request's stream and did not resume it."
+)
+_STOPPING = (
+    "The MCP server stopped while this {tool} call ran: the call was cancelled. "
+    "Call it again once the server is back."
+)
 
 
 def mcp_tool(info: ToolInfo) -> types.Tool:
@@ -125,6 +139,12 @@ class PoolServer:
         self.policy = policy or ServerPolicy()
         self._client_sessions: dict[str, str] = {}
         self._creating = anyio.Lock()
+        self._in_flight: set[anyio.CancelScope] = set()
+        # The calls in flight of HTTP sessions, by (MCP session id, request id): cancelled
+        # when their client drops the request's stream (a client that aborts sends no cancel).
+        self._droppable: dict[tuple[str, str], Callable[[], None]] = {}
+        self._threads = threading.Condition()
+        self._stops: set[threading.Event] = set()
         rules = self.policy
         self.executors = ExecutorPool(
             lambda: Executor(settings=settings, session=session, check=rules.refusal)
@@ -162,7 +182,25 @@ class PoolServer:
         )
 
     def close(self) -> None:
+        """Stop the calls' waiting threads (each cancels its call on the pool), give them
+        ``_CLOSE_S`` to do so, then close the executors."""
+        with self._threads:
+            for stop in self._stops:
+                stop.set()
+            self._threads.wait_for(lambda: not self._stops, timeout=_CLOSE_S)
         self.executors.close()
+
+    @contextmanager
+    def _waiting(self, stop: threading.Event) -> Iterator[None]:
+        """A call's thread while it runs: ``close`` stops it and waits for it to end."""
+        with self._threads:
+            self._stops.add(stop)
+        try:
+            yield
+        finally:
+            with self._threads:
+                self._stops.discard(stop)
+                self._threads.notify_all()
 
     @asynccontextmanager
     async def _lifespan(self, server: Server[Any]) -> AsyncIterator[dict[str, Any]]:
@@ -200,11 +238,19 @@ class PoolServer:
         with Sessions(settings=self.settings) as sessions:
             sessions.create(name)
 
+    async def _request_session(self, ctx: ServerRequestContext[Any]) -> str | None:
+        """``_session_of`` for a request answered with a JSON-RPC error: a request that cannot
+        be given a session is refused saying why (``-32600``), not ``Internal server error``."""
+        try:
+            return await self._session_of(ctx)
+        except ToolpoolError as exc:
+            raise MCPError(INVALID_REQUEST, str(exc)) from None
+
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        session = await self._session_of(ctx)
-        infos = await anyio.to_thread.run_sync(lambda: self._tools(session))
+        session = await self._request_session(ctx)
+        infos = await _answered(lambda: self._tools(session))
         return types.ListToolsResult(tools=[mcp_tool(info) for info in infos])
 
     def _tools(self, session: str | None) -> list[ToolInfo]:
@@ -215,32 +261,65 @@ class PoolServer:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         call = ToolCall(name=params.name, arguments=params.arguments or {})
-        submitted: list[Turn] = []
+        stop = threading.Event()
         floor = self.levels.floor(ctx, _log_client(ctx))
 
-        def run_turn(executor: Executor, session: str | None) -> list[ToolResult]:
-            # Submit and collect on one thread: one hop from the loop per call, not two.
-            turn = executor.submit([call], session=session)
-            submitted.append(turn)
-            return executor.collect(turn)
+        def run_turn(session: str | None) -> list[ToolResult]:
+            # Submit, collect and cancel on one thread, with one executor (an executor serves
+            # one thread): one hop from the loop per call, and a cancel that is sure to be
+            # sent whenever the loop gives the call up.
+            with self._waiting(stop), self.executors.borrow() as executor:
+                turn = executor.submit([call], session=session)
+                return _collect(executor, turn, stop)
 
-        with self.executors.borrow() as executor:
+        why = [_STOPPING]
+        key = (_log_client(ctx), str(ctx.request_id))
+
+        def dropped() -> None:
+            why[0] = _DROPPED
+            stopping.cancel()
+
+        with anyio.CancelScope() as stopping:
+            self._in_flight.add(stopping)
+            if key[0] and key[0] != "stdio":
+                self._droppable[key] = dropped
             try:
                 session = await self._session_of(ctx)
                 async with self._call_lines(ctx, call.id, floor):
-                    results = await self._wait(ctx, lambda: run_turn(executor, session))
+                    results = await self._wait(ctx, lambda: run_turn(session))
+                return mcp_result(results[0])
             except ToolpoolError as exc:
                 # Refused before it reached the pool (no worker, an unknown session...).
                 return types.CallToolResult(
                     content=[types.TextContent(text=str(exc))], is_error=True
                 )
             except anyio.get_cancelled_exc_class():
-                # The client cancelled the request: cancel the call on the pool too.
-                if submitted:
-                    with anyio.CancelScope(shield=True):
-                        await anyio.to_thread.run_sync(lambda: executor.cancel(submitted[0]))
+                # The client cancelled the request, or the server stops: the waiting thread
+                # cancels the call on the pool too.
+                stop.set()
                 raise
-        return mcp_result(results[0])
+            finally:
+                self._in_flight.discard(stopping)
+                if self._droppable.get(key) is dropped:
+                    del self._droppable[key]
+        # Only the server's stop or a dropped stream cancels ``stopping`` itself: the answer
+        # says why (a resumed stream still gets it).
+        return types.CallToolResult(
+            content=[types.TextContent(text=why[0].format(tool=call.name))], is_error=True
+        )
+
+    def drop_request(self, client: str, request_id: str) -> None:
+        """The client of MCP session ``client`` dropped the stream of its request
+        ``request_id`` and did not resume it: cancel that call, as a cancel would."""
+        cancel = self._droppable.get((client, request_id))
+        if cancel is not None:
+            cancel()
+
+    def cancel_calls(self) -> None:
+        """Cancel every call in flight, on the pool too (the server stops): each is answered
+        an error result saying so, which ends its response."""
+        for scope in list(self._in_flight):
+            scope.cancel()
 
     @asynccontextmanager
     async def _call_lines(
@@ -291,7 +370,7 @@ class PoolServer:
 
     async def _resources(self, ctx: ServerRequestContext[Any]) -> Resources:
         """The resources as this request's client sees them: its session's workspace."""
-        session = await self._session_of(ctx)
+        session = await self._request_session(ctx)
 
         def run(call: ToolCall) -> ToolResult:
             with self.executors.borrow() as executor:
@@ -356,6 +435,25 @@ class PoolServer:
         return results
 
 
+def _collect(executor: Executor, turn: Turn, stop: threading.Event) -> list[ToolResult]:
+    """``executor.collect(turn)``, until ``stop`` is set: then the turn is cancelled on the
+    pool, and what is returned is not read (the caller gave the call up)."""
+    limit = executor.settings.client.turn_timeout
+    deadline = time.monotonic() + limit
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= _STOP_CHECK_S:
+            # The turn's time is up: the collector answers ``timeout`` for what is missing.
+            fresh = take_fresh(turn)
+            results = executor.collector.wait(turn.plan, deadline, limit, fresh=fresh)
+            return in_call_order(turn.plan, results)
+        found = executor.poll(turn, wait=_STOP_CHECK_S)
+        if all(result is not None for result in found):
+            return [result for result in found if result is not None]
+    executor.cancel(turn)
+    return []
+
+
 async def _answered(work: Callable[[], _T]) -> _T:
     """``work`` run on a thread; a pool that cannot be reached (no worker, Redis away) is
     the request's error, saying so."""
@@ -385,9 +483,11 @@ def _client_of(ctx: ServerRequestContext[Any]) -> str:
     client = headers.get("mcp-session-id")
     if not client:
         raise ToolpoolError(
-            "A session per client over HTTP needs the client's MCP session id "
-            "(Mcp-Session-Id), and this request has none; start the server with --session "
-            "NAME instead, or connect with a client that keeps a session."
+            "This server gives each client a session of its own (--session-per-client), "
+            "told apart by the MCP session id (Mcp-Session-Id) a client keeps from its "
+            "initialize handshake, and this request has none (a client of the 2026-07-28 "
+            "protocol sends none); start the server with --session NAME instead, or connect "
+            "with a client that keeps a session."
         )
     return str(client)
 

@@ -332,8 +332,14 @@ def test_in_a_browser_nothing_unknown_reads_as_zero_or_blank_and_the_timeline_op
     dashboard.run(
         [{"id": f"n-{i}", "name": "read_file", "arguments": {"path": "a.txt"}} for i in range(100)]
     )
+    # Events arrive in any order across workers: wait for the very row clicked below.
     until(
-        lambda: len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="n-"]')) >= 90,
+        lambda: (
+            len(browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id^="n-"]')) >= 90
+            and bool(
+                browser.find_elements(By.CSS_SELECTOR, '#calls tr[data-call-id="n-99"] a.turn')
+            )
+        ),
         "the hundred calls",
     )
     browser.execute_script("window.scrollTo(0, 0)")

@@ -38,34 +38,25 @@ class _Span:
 
 def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.echo) -> None:
     """Start Redis and a pool, run the six scenarios, tear everything down."""
-    from workers._embedded_redis import RedisServer
-    from workers.pool._pool import WorkerPool
+    from workers._local import LocalPool
 
     workspace = workspace.resolve()
     sessions_root = workspace / SCRATCH / "sessions"
     sessions_root.mkdir(parents=True, exist_ok=True)
-    with RedisServer() as server:
-        settings = Settings.from_env(tools=(BashSettings,)).with_changes(
-            redis_url=server.url,
-            workspace=workspace,
-            lock_lease_ms=5000,
-            sessions_root=sessions_root,
-            host="demo",
-        )
-        pool = WorkerPool(server.url, settings, workers=workers)
-        pool.start()
-        try:
+    settings = Settings.from_env(tools=(BashSettings,)).with_changes(
+        lock_lease_ms=5000, sessions_root=sessions_root, host="demo"
+    )
+    try:
+        with LocalPool(workspace, workers=workers, settings=settings, ready_timeout=30) as pool:
             processes = "process" if workers == 1 else "processes"
             echo(
-                f"toolpool demo: Redis at {server.url}, {workers} worker {processes}, "
+                f"toolpool demo: Redis at {pool.redis_url}, {workers} worker {processes}, "
                 f"workspace {workspace}\n"
             )
-            pool.wait_ready(timeout=30)
-            with Executor(settings=settings) as executor:
+            with Executor(settings=pool.settings) as executor:
                 _scenarios(executor, echo)
-        finally:
-            pool.stop()
-            shutil.rmtree(workspace / SCRATCH, ignore_errors=True)
+    finally:
+        shutil.rmtree(workspace / SCRATCH, ignore_errors=True)
     echo("\nDone: workers stopped, Redis stopped, .toolpool/demo removed.")
 
 

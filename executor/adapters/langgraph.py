@@ -37,6 +37,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from executor._extras import install_extra
+
 try:
     from langchain_core.messages import ToolCall
     from langchain_core.runnables import RunnableConfig
@@ -45,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
         f"executor.adapters.langgraph needs langgraph and langchain-core ({exc}); install "
-        "them with pip install 'toolpool[langgraph]'"
+        f"them with {install_extra('langgraph')}"
     ) from exc
 
 from executor.adapters._batch import TurnBatcher

@@ -31,6 +31,7 @@ from typing import Any
 
 from executor import AsyncExecutor, ToolInfo, ToolpoolError
 from executor import _texts as texts
+from executor._extras import install_extra
 from executor.adapters._batch import TurnBatcher
 from executor.adapters._names import check_names, chosen
 
@@ -41,7 +42,7 @@ try:
 except ImportError as exc:  # the extra is not installed
     raise ImportError(
         "executor.adapters.openai_agents needs the OpenAI Agents SDK (package 'agents'): "
-        f"pip install 'toolpool[openai-agents]' ({exc})"
+        f"{install_extra('openai-agents')} ({exc})"
     ) from exc
 
 __all__ = ["pool_failure_message", "pool_tools"]

@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from executor._extras import install_extra
+
 try:
     from pydantic_ai.exceptions import ToolFailed
     from pydantic_ai.messages import ToolReturn
@@ -23,7 +25,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError(
         f"executor.adapters.pydantic_ai needs pydantic-ai ({exc}); install it with "
-        "pip install 'toolpool[pydantic-ai]'"
+        f"{install_extra('pydantic-ai')}"
     ) from exc
 
 from executor.adapters._batch import TurnBatcher

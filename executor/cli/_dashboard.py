@@ -7,9 +7,10 @@ import signal
 
 import click
 
+from executor._extras import install_extra
 from executor.cli._common import connection_options, require_redis, settings_for
 
-_MISSING = "toolpool dashboard needs its web server: pip install 'toolpool[dashboard]'."
+_MISSING = f"toolpool dashboard needs its web server: {install_extra('dashboard')}."
 
 
 @click.command("dashboard")

@@ -8,11 +8,10 @@ import sys
 import click
 
 from executor._errors import ConfigurationError
+from executor._extras import install_extra
 from executor.cli._common import connection_options, require_redis, session_option, settings_for
 
-_MISSING = (
-    "toolpool mcp needs the MCP SDK: pip install 'toolpool[mcp]' (the official `mcp` package)."
-)
+_MISSING = f"toolpool mcp needs the MCP SDK (the official `mcp` package): {install_extra('mcp')}."
 
 
 @click.command("mcp")

@@ -9,10 +9,11 @@ from types import FrameType
 import click
 
 from executor._connect import FOLLOWER, READER, connect
+from executor._extras import install_extra
 from executor.cli._common import connection_options, require_redis, settings_for
 from executor.wire import Keys
 
-_MISSING = "toolpool metrics needs prometheus-client: pip install 'toolpool[metrics]'."
+_MISSING = f"toolpool metrics needs prometheus-client: {install_extra('metrics')}."
 
 
 @click.command("metrics")

@@ -8,6 +8,7 @@ import click
 import redis
 
 from executor._connect import READER, connect
+from executor._extras import install_extra
 from executor._timeline import render_svg, turn_bars
 from executor.cli._common import (
     connection_options,
@@ -76,7 +77,7 @@ def _png(svg: str) -> bytes:
         import cairosvg  # type: ignore[import-untyped]
     except (ImportError, OSError) as exc:  # OSError: the package is there, libcairo is not
         raise click.ClickException(
-            "A PNG needs cairosvg and the cairo library: pip install 'toolpool[png]' (and "
+            f"A PNG needs cairosvg and the cairo library: {install_extra('png')} (and "
             f"libcairo2 from the system's packages), or write SVG. ({exc})"
         ) from None
     png: bytes = cairosvg.svg2png(bytestring=svg.encode("utf-8"), scale=2)

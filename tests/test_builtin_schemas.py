@@ -31,6 +31,12 @@ BUILTIN_FLAGS = {
     "glob": (True, True, None),
     "grep": (True, True, None),
     "bash": (False, False, None),
+    # A session's background processes: reads run together, the rest alone in the session.
+    "process_start": (False, False, 4000),
+    "process_output": (True, True, 4000),
+    "process_input": (False, False, 4000),
+    "process_stop": (False, False, 4000),
+    "process_list": (True, True, None),
 }
 
 
@@ -48,7 +54,7 @@ def _described() -> list[dict[str, Any]]:
     ]
 
 
-def test_the_nine_tools_carry_seed_000s_flags() -> None:
+def test_the_built_in_tools_carry_seed_000s_flags() -> None:
     flags = {
         t.name: (t.is_concurrency_safe, t.is_read_only, t.max_result_chars)
         for t in builtin_registry()

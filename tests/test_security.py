@@ -30,7 +30,7 @@ from tests.support.ports import free_port
 from tests.support.tls import make_certificates, tls_server_args
 from tests.support.waiting import wait_for
 from workers import builtin_registry
-from workers.pool._reaper import TOKEN_ENV
+from workers.processes._daemon import TOKEN_ENV
 
 # A process-heavy proof (redis-servers with credentials and TLS, worker pools):
 # `scripts/test --fast` leaves it out.

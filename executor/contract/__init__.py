@@ -4,7 +4,7 @@ Shared by both sides: workers run tools declared here; the orchestrator only rea
 published descriptions (see ``executor.wire``'s catalog).
 """
 
-from executor.contract._context import ShellState, ToolContext, no_fence
+from executor.contract._context import SessionPlace, ShellState, ToolContext, no_fence
 from executor.contract._export import FORMATS, SchemaFormat, export_tools
 from executor.contract._info import ToolInfo
 from executor.contract._registry import ToolRegistry, load_registry
@@ -14,6 +14,7 @@ from executor.contract._workspace import Workspace
 __all__ = [
     "FORMATS",
     "SchemaFormat",
+    "SessionPlace",
     "ShellState",
     "Tool",
     "ToolContext",

@@ -31,6 +31,22 @@ class ShellState:
     save: Callable[[str, dict[str, str]], bool] = lambda cwd, env: True
 
 
+@dataclass(frozen=True)
+class SessionPlace:
+    """The session a call runs in, as a tool that keeps state on the session's host sees it.
+
+    ``host_folder`` is the session's own folder on this host beside (not inside) its
+    workspace, out of its commands' sight: background processes and the session's network
+    live there. ``redis_env`` holds the ``TOOLPOOL_REDIS_*`` variables with which a process
+    of the tool's (a background process's keeper) reaches the pool's Redis.
+    """
+
+    name: str
+    host: str
+    host_folder: Path
+    redis_env: dict[str, str] = field(default_factory=dict)
+
+
 def no_fence() -> None:
     """The fence of a call that holds no distributed lock: always passes."""
 
@@ -62,6 +78,8 @@ class ToolContext:
     committed: bool = False
     #: In a session: the shell state ``bash`` continues; None outside sessions.
     shell: ShellState | None = None
+    #: In a session: which one, and its folder on this host; None outside sessions.
+    session: SessionPlace | None = None
     #: The worker's own folders (its pool workspace, its sessions root), which hold other
     #: calls' files: a tool that lets a command roam the disk hides them, but for ``workspace``.
     worker_folders: tuple[Path, ...] = ()

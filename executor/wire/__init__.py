@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     )
     from executor.wire._keys import DEFAULT_SCOPE, Keys, LockKeys
     from executor.wire._models import ErrorType, ToolCall, ToolResult, ToolStatus, parse_call
+    from executor.wire._processes import ProcessRecord
     from executor.wire._refusals import invalid_arguments_text, unknown_tool_text
     from executor.wire._results import ResultStore
     from executor.wire._sessions import (
@@ -75,6 +76,7 @@ __all__ = [
     "NextBatch",
     "NoWorkerError",
     "NotServedOnQueue",
+    "ProcessRecord",
     "ResultStore",
     "SessionInfo",
     "SessionStore",
@@ -121,6 +123,7 @@ _MODULE_OF: dict[str, str] = {
     "NextBatch": "executor.wire._turns",
     "NoWorkerError": "executor._errors",
     "NotServedOnQueue": "executor._errors",
+    "ProcessRecord": "executor.wire._processes",
     "ResultStore": "executor.wire._results",
     "SessionInfo": "executor.wire._sessions",
     "SessionStore": "executor.wire._sessions",

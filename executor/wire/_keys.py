@@ -179,6 +179,10 @@ class Keys:
         """The calls sent to a session, by submit time; those without a result still run."""
         return f"{self.prefix}:session:{name}:calls"
 
+    def session_processes(self, name: str) -> str:
+        """A session's background processes (HASH: process id -> ``ProcessRecord`` JSON)."""
+        return f"{self.prefix}:session:{name}:processes"
+
     def session_reply(self, request_id: str) -> str:
         """Where a host's worker answers one session create or delete."""
         return f"{self.prefix}:session-reply:{request_id}"

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from executor import _texts as texts
 from executor._errors import SessionError
 from executor.wire._keys import Keys
+from executor.wire._processes import ProcessRecord
 from executor.wire._results import load_lua
 
 CREATING, READY, DELETING = "creating", "ready", "deleting"
@@ -107,6 +108,7 @@ class SessionStore:
         self._move = client.register_script(load_lua("session_state"))
         self._update = client.register_script(load_lua("session_update"))
         self._add_calls = client.register_script(load_lua("session_calls_add"))
+        self._set_process = client.register_script(load_lua("session_process_set"))
 
     def create_record(
         self, name: str, *, host: str, queue: str, idle_ttl: float, template: str = ""
@@ -173,6 +175,17 @@ class SessionStore:
             args=["size_bytes", size_bytes, "size_at", repr(time.time())],
         )
 
+    def set_process(self, record: ProcessRecord) -> bool:
+        """Record a background process of its session; False if the session is gone."""
+        keys = [self.keys.session(record.session), self.keys.session_processes(record.session)]
+        return bool(self._set_process(keys=keys, args=[record.id, record.model_dump_json()]))
+
+    def processes(self, name: str) -> list[ProcessRecord]:
+        """The session's background processes as their keepers last recorded them, by start."""
+        raw = self.client.hgetall(self.keys.session_processes(name))
+        records = [ProcessRecord.model_validate_json(value) for value in raw.values()]
+        return sorted(records, key=lambda record: (record.started_at, record.id))
+
     def read(self, name: str) -> SessionInfo | None:
         """The session's record with its pending calls counted, or None if there is none."""
         found = self.read_many([name])
@@ -215,7 +228,11 @@ class SessionStore:
         """Remove every key of the session: record, calls, its lock scope; and its name."""
         lock = self.keys.lock(session_scope(name))
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.delete(self.keys.session(name), self.keys.session_calls(name))
+            pipe.delete(
+                self.keys.session(name),
+                self.keys.session_calls(name),
+                self.keys.session_processes(name),
+            )
             pipe.delete(*lock.script_keys())
             pipe.srem(self.keys.sessions_index, name)
             pipe.execute()

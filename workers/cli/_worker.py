@@ -31,6 +31,7 @@ from workers._embedded_redis import RedisServer
 from workers.cli._registry import build_registry, tools_option
 from workers.pool._pool import PoolChild, WorkerPool
 from workers.pool._process import served_registry
+from workers.processes._ending import end_session
 from workers.sessions._folders import remove_folder
 from workers.tools._confine import Report as ConfinementReport
 from workers.tools._confine import describe as describe_confinement
@@ -438,7 +439,10 @@ def _remove_private_sessions(url: str, settings: Settings) -> None:
         try:
             store = SessionStore(client, keys)
             for info in store.read_many(store.names()):
-                if info.host == host and remove_folder(Path(root), info.name):
+                if info.host != host:
+                    continue
+                end_session(Path(root), info.name, "its session's private Redis stopped")
+                if remove_folder(Path(root), info.name):
                     removed.append(info.name)
         finally:
             client.close()

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from redis.client import Pipeline
 
 from executor import Settings
-from executor.contract import ShellState, Tool, ToolRegistry, Workspace, no_fence
+from executor.contract import SessionPlace, ShellState, Tool, ToolRegistry, Workspace, no_fence
 from executor.wire import CallJob, ToolCall, ToolResult
 from workers.pipeline._keep import KeepFullOutput
 
@@ -81,6 +81,7 @@ class CallState:
     #: worker's own scope, no shell state.
     scope: str | None = None
     shell: ShellState | None = None
+    session: SessionPlace | None = None
     #: The keys of the worker's claim on the call (set by the claim step); the store step
     #: deletes them in the round trip that stores the result, and says so.
     claim_keys: tuple[str, ...] = ()

@@ -52,6 +52,7 @@ def run(state: CallState) -> ToolResult:
         cancelled=state.cancelled,
         fence=state.held.check_fence if state.held is not None else state.fence,
         shell=state.shell,
+        session=state.session,
         worker_folders=state.settings.worker.folders,
     )
     if context.cancelled.is_set():

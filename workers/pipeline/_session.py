@@ -18,9 +18,10 @@ import redis
 from executor import SessionError
 from executor import _texts as texts
 from executor._patience import patiently
-from executor.contract import ShellState, Workspace
+from executor.contract import SessionPlace, ShellState, Workspace
 from executor.wire import ErrorType, SessionStore, ToolResult, check_session_name, session_scope
 from workers.pipeline._chain import CallState, Proceed
+from workers.processes._place import session_host_folder
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,12 @@ class EnterSession:
         self._root = Path(os.path.realpath(sessions_root)) if sessions_root else None
         self._host = host
         self._pool_calls = pool_calls
+        self._redis: dict[str, str] | None = None
+
+    def _redis_env(self, state: CallState) -> dict[str, str]:
+        if self._redis is None:
+            self._redis = state.settings.redis.environment()
+        return self._redis
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
         name = state.the_job().session
@@ -73,6 +80,9 @@ class EnterSession:
             return True
 
         state.shell = ShellState(cwd=entered.cwd, env=entered.env, save=save)
+        state.session = SessionPlace(
+            name, self._host, session_host_folder(self._root, name), self._redis_env(state)
+        )
         return proceed(state)
 
 

@@ -41,7 +41,9 @@ import redis
 from executor import ConfigurationError
 from executor._settings import Settings
 from workers.pool._process import worker_name
-from workers.pool._reaper import TOKEN_ENV, DeadChild, Reaper
+from workers.pool._reaper import DeadChild, Reaper
+from workers.processes._daemon import TOKEN_ENV
+from workers.processes._ending import end_pool
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +234,10 @@ class WorkerPool:
                 self._on_exit(slot, expected=True)
             if slot.dead is not None:
                 self._bury(slot)
+        host = self.settings.worker.host or socket.gethostname()
+        stopped = end_pool(self._pool_id, f"the pool on host {host} stopped")
+        if stopped:
+            log.warning("toolpool: stopped %d background processes of this pool", stopped)
         self._reaper.close()
 
     def run(

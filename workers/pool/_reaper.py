@@ -59,12 +59,10 @@ from executor.wire import (
     job_id,
     session_scope,
 )
+from workers.processes._daemon import TOKEN_ENV
 
 log = logging.getLogger(__name__)
 
-# The environment variable that marks every process a pool's child starts (its value is the
-# child's own token), so that the sweep finds them after the child is gone.
-TOKEN_ENV = "TOOLPOOL_POOL_CHILD"
 
 # A live worker holds a job in the intermediate list only for the milliseconds between RQ's
 # dequeue and its execution record; a job there longer, with no execution, has lost its worker.

@@ -16,6 +16,7 @@ import redis
 
 from executor import SessionError
 from executor.wire import CREATING, DELETING, READY, Keys, SessionStore
+from workers.processes._ending import end_session
 from workers.sessions._folders import make_folder, remove_folder
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,12 @@ class SessionAdmin:
         raise SessionError(f"Unknown session request {op!r}.")
 
 
-def remove(store: SessionStore, root: Path, name: str) -> None:
-    """Remove a session that is being deleted: its folder, then every key of it."""
+def remove(store: SessionStore, root: Path, name: str, why: str = "deleted") -> None:
+    """Remove a session that is being deleted: its background processes, its folder, then
+    every key of it."""
+    stopped = end_session(root, name, f"its session was {why}")
+    if stopped:
+        log.info("toolpool: session %s: %d background processes stopped", name, stopped)
     removed = remove_folder(root, name)
     store.forget(name)
     log.info("toolpool: session %s removed (folder %s)", name, "removed" if removed else "absent")

@@ -73,7 +73,7 @@ class SessionSweeper:
                     self._store.move(info.name, [READY], DELETING, last_used=info.last_used_raw)
                     is not None
                 ):
-                    remove(self._store, self._root, info.name)
+                    remove(self._store, self._root, info.name, "idle past its TTL")
                     expired.append(info.name)
                 continue
             if info.size_at is None or (info.last_used > info.size_at):

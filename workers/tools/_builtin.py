@@ -5,6 +5,7 @@ from __future__ import annotations
 from executor.contract import ToolRegistry
 from workers.tools.arithmetic import calculator
 from workers.tools.files import edit_file, list_directory, read_file, write_file
+from workers.tools.processes import PROCESS_TOOLS
 from workers.tools.search import glob, grep
 from workers.tools.shell import bash
 from workers.tools.weather import get_weather
@@ -19,6 +20,7 @@ BUILTIN_TOOLS = (
     glob,
     grep,
     bash,
+    *PROCESS_TOOLS,
 )
 
 

@@ -57,12 +57,20 @@ class Confinement:
     env: dict[str, str] = field(default_factory=dict)
     cgroup: CallCgroup | None = None
     worker_folders: tuple[Path, ...] = ()
+    # The command that puts the sandbox into its session's network namespace; [] for none.
+    join_network: list[str] = field(default_factory=list)
 
     @classmethod
     def prepare(
-        cls, settings: BashSettings, workspace: Path, worker_folders: tuple[Path, ...] = ()
+        cls,
+        settings: BashSettings,
+        workspace: Path,
+        worker_folders: tuple[Path, ...] = (),
+        join_network: list[str] | None = None,
     ) -> Confinement:
-        """Decide how a command with write access to ``workspace`` runs; make its cgroup."""
+        """Decide how a command with write access to ``workspace`` runs; make its cgroup.
+        ``join_network``: a prefix that joins the session's own network namespace (used
+        only in the sandbox, which then shares that namespace instead of an empty one)."""
         bwrap: str | None = None
         env: dict[str, str] = {}
         if settings.sandbox != "off":
@@ -80,7 +88,8 @@ class Confinement:
         # the cgroup is what finds those processes.
         cgroup = _call_cgroup(cgroups, settings, track=bwrap is None)
         launcher = _launcher(settings, cgroups, cgroup)
-        return cls(settings, workspace, bwrap, launcher, env, cgroup, worker_folders)
+        joined = list(join_network or []) if bwrap is not None else []
+        return cls(settings, workspace, bwrap, launcher, env, cgroup, worker_folders, joined)
 
     def __enter__(self) -> Confinement:
         return self
@@ -99,11 +108,11 @@ class Confinement:
         spec = SandboxSpec(
             self.workspace,
             hidden_paths(self.settings, self.workspace, self.worker_folders),
-            network=self.settings.network,
+            network=self.settings.network or bool(self.join_network),
             tmp_bytes=self.settings.tmp_mb * _MIB,
             read_only_files=read_only_files,
         )
-        return [*self.launcher, *bwrap_argv(self.bwrap, spec, cwd)]
+        return [*self.launcher, *self.join_network, *bwrap_argv(self.bwrap, spec, cwd)]
 
     def start_failure(self, returncode: int, stderr: str) -> str | None:
         """Why the command never ran (the launcher or the sandbox failed), or None."""

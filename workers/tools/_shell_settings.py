@@ -56,3 +56,20 @@ class BashSettings(SettingsGroup):
         1024, "BASH_FILE_SIZE_MB", "MiB of one file a command writes", check=_NO_LIMIT
     )
     tmp_mb: int = setting(512, "BASH_TMP_MB", "MiB of a sandboxed command's /tmp", check=_NO_LIMIT)
+    # Background processes of a session (process_start): how many run at once, and each
+    # one's limits beyond a command's (memory and processes are bash's own, per process).
+    background_max: int = setting(
+        8, "BASH_BACKGROUND_MAX", "background processes a session runs at once", check=at_least(1)
+    )
+    background_output_mb: int = setting(
+        16,
+        "BASH_BACKGROUND_OUTPUT_MB",
+        "MiB of output kept of one background process",
+        check=at_least(1),
+    )
+    background_cpu_seconds: float = setting(
+        3600.0,
+        "BASH_BACKGROUND_CPU_SECONDS",
+        "CPU seconds of one background process",
+        check=_NO_LIMIT,
+    )

@@ -30,7 +30,9 @@ from pydantic import Field
 
 from executor import ToolError
 from executor.contract import ToolContext, tool
+from workers.processes._netns import join
 from workers.tools._confine import Confinement
+from workers.tools._sandbox import probe
 from workers.tools._shell_run import ShellRun
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_state import SessionShell
@@ -103,10 +105,10 @@ def bash(
             "cannot run here. Use the file tools (read_file, list_directory, glob, grep) instead."
         )
     settings = ctx.settings_as(BashSettings)
-    env = _environment(os.environ, settings.env)
+    env = command_environment(os.environ, settings.env)
     cap = settings.max_output_bytes
     root = ctx.workspace.root
-    with Confinement.prepare(settings, root, ctx.worker_folders) as confinement:
+    with Confinement.prepare(settings, root, ctx.worker_folders, _network(ctx)) as confinement:
         env.update(confinement.env)
         if ctx.shell is None:
             run = ShellRun.start(
@@ -134,7 +136,19 @@ def bash(
     return "\n".join([report, *notes])
 
 
-def _environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:
+def _network(ctx: ToolContext) -> list[str]:
+    """In a session, the prefix that joins its own network namespace, so that what its
+    background processes serve on the loopback is reachable; [] for a network of its own."""
+    settings = ctx.settings_as(BashSettings)
+    if ctx.session is None or settings.sandbox == "off" or settings.network:
+        return []
+    if probe(settings.network).bwrap is None:
+        return []
+    prefix, _ = join(ctx.session.host_folder)
+    return prefix
+
+
+def command_environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:
     """The variables of ``environ`` allowed through: ``_BASE_ENV`` and the ``extra`` names."""
     patterns = (*_BASE_ENV, *extra.split())
     return {

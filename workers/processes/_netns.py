@@ -1,0 +1,102 @@
+"""A session's own network namespace on this host: one loopback all its commands share.
+
+Sandboxed commands otherwise get a fresh, empty network each; a server started in the
+background would then be out of reach of the session's next command. So a session's commands
+(``bash`` and its background processes) join one namespace of the session's own, held open by
+a small holder process (``python -m workers.processes._netns FOLDER``): its loopback is up,
+nothing else is in it, and no other session can reach it. The holder lives until the session
+is deleted or expires, or the pool on this host stops; the next command makes a new one.
+
+Joining another process's namespace takes ``CAP_SYS_ADMIN``: a worker running as root does it
+with ``nsenter``. Elsewhere ``join`` says why it cannot, and each command keeps its own empty
+network (the tools say so in their answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import shutil
+import signal
+import socket
+import struct
+import sys
+from pathlib import Path
+
+from workers.processes._daemon import daemon_env, detach, failed, ready, start_daemon
+from workers.processes._place import NETNS_PID, daemon_alive
+
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def join(host_folder: Path) -> tuple[list[str], str]:
+    """The command prefix that joins the session's namespace (made if need be), and "";
+    or ``[]`` and why the session cannot have one here."""
+    nsenter = shutil.which("nsenter")
+    if os.geteuid() != 0:
+        return [], "a session network of its own needs a worker running as root"
+    if nsenter is None:
+        return [], "a session network of its own needs nsenter (util-linux) on the worker"
+    host_folder.mkdir(parents=True, exist_ok=True)
+    marker = str(host_folder)
+    with _locked(host_folder / f"{NETNS_PID}.lock"):
+        pid = _holder(host_folder)
+        if pid is None or not daemon_alive(pid, marker):
+            argv = [sys.executable, "-m", "workers.processes._netns", marker]
+            pid = start_daemon(argv, daemon_env(), "the session network")
+            (host_folder / NETNS_PID).write_text(str(pid))
+    return [nsenter, f"--net=/proc/{pid}/ns/net", "--"], ""
+
+
+def stop_holder(host_folder: Path) -> None:
+    """End the session's holder, if one runs (its namespace goes with its last process)."""
+    pid = _holder(host_folder)
+    if pid is not None and daemon_alive(pid, str(host_folder)):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+
+
+def _holder(host_folder: Path) -> int | None:
+    try:
+        return int((host_folder / NETNS_PID).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):  # type: ignore[no-untyped-def]
+    with open(path, "a") as stream:
+        fcntl.flock(stream, fcntl.LOCK_EX)
+        yield
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | _IFF_UP, b""))
+
+
+def _hold() -> None:
+    """The holder: a namespace of its own with the loopback up, until told to stop."""
+    detach()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        _loopback_up()
+    except OSError as exc:
+        failed(f"the session network could not be made: {exc}")
+        return
+    os.setsid()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    ready()
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    _hold()

@@ -119,6 +119,13 @@ def test_demo_run_tells_only_what_works_after_it_ends(
     else:
         assert "skipped: bash runs unconfined here" in text
     assert not Path("/etc/toolpool-demo").exists()
+    assert "Started background process p1" in text
+    assert "agent-a: got: hello from agent-a's server" in text
+    assert '"GET / HTTP/1.1" 200' in text
+    assert "p1 is stopped: stopped by process_stop (SIGTERM)" in text
+    # In a session's own network (sandbox, root worker) the other session is refused.
+    if probe(False).bwrap is not None and os.geteuid() == 0:
+        assert "agent-b: refused:" in text
 
 
 # -- the first run of scripts/demo: `pip install -e` ------------------------------------------

@@ -149,7 +149,8 @@ def test_a_process_starts_where_the_sessions_shell_left_off(
         text = _text(executor, "process_output", process="p1", wait=10)
         _text(executor, "process_stop", process="p1", signal="KILL")
     folder = os.path.realpath(Path(settings.worker.sessions_root or "") / "s" / "sub")
-    assert f"{folder}\n" in text and "MODE=test" in text, text
+    assert f"{folder}\n" in text, text
+    assert "MODE=test" in text, text
 
 
 def test_an_answer_that_names_what_is_wrong(settings: Settings, make_workers: MakeWorkers) -> None:

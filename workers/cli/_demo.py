@@ -1,4 +1,4 @@
-"""``toolpool demo``: six scenarios on an embedded Redis and a real worker pool.
+"""``toolpool demo``: seven scenarios on an embedded Redis and a real worker pool.
 
 Nothing to install by hand: it starts a private ``redis-server`` and three worker processes,
 runs the scenarios against the current folder (writes go to ``.toolpool/demo/`` only and are
@@ -8,6 +8,7 @@ removed afterwards), prints what happened, and tears everything down.
 from __future__ import annotations
 
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -18,7 +19,7 @@ import click
 
 from executor import Settings, ToolpoolError
 from executor.client import Executor, Sessions
-from executor.wire import Event, ToolCall, ToolResult, read_events
+from executor.wire import Event, ToolCall, ToolResult, ToolStatus, read_events
 from workers.tools._sandbox import probe
 from workers.tools._shell_settings import BashSettings
 
@@ -37,7 +38,7 @@ class _Span:
 
 
 def run_demo(workspace: Path, workers: int, echo: Callable[[str], None] = click.echo) -> None:
-    """Start Redis and a pool, run the six scenarios, tear everything down."""
+    """Start Redis and a pool, run the seven scenarios, tear everything down."""
     from workers._local import LocalPool
 
     workspace = workspace.resolve()
@@ -120,6 +121,7 @@ def _scenarios(executor: Executor, echo: Callable[[str], None]) -> None:
     )
     _sessions(executor, echo)
     _sandbox(executor, echo)
+    _background(executor, echo)
 
 
 # A model's command that tries to leave its place; run only inside the sandbox.
@@ -187,6 +189,59 @@ def _sessions(executor: Executor, echo: Callable[[str], None]) -> None:
         where = results[name][-1].content.splitlines()[-1] if name in results else "?"
         echo(f"   {name}: the next command ran in {where}")
     echo("   (`toolpool session create NAME --from DIR` copies a folder, e.g. a checkout.)")
+
+
+# Fetch the demo's page from the loopback, saying what came back or why nothing did.
+_FETCH = (
+    'python3 -c "import sys, urllib.request as u\n'
+    "try: print('got:', u.urlopen('http://127.0.0.1:{port}/', timeout=5).read().decode().strip())\n"
+    "except OSError as e: print('refused:', getattr(e, 'reason', e))\""
+)
+
+
+def _background(executor: Executor, echo: Callable[[str], None]) -> None:
+    port = _free_port()
+    echo(
+        "\n7. A server in the background: agent-a runs process_start with\n"
+        f'   "python3 -m http.server {port}"; its later calls, and agent-b\'s, fetch the page'
+    )
+    folder = executor.settings.worker.sessions_root
+    assert folder is not None
+    # The process starts where agent-a's shell is: in src, since scenario 5.
+    (folder / "agent-a" / "src" / "index.html").write_text("hello from agent-a's server\n")
+    command = f"python3 -u -m http.server {port} --bind 127.0.0.1"
+    start = ToolCall(id="serve", name="process_start", arguments={"command": command, "wait": 2})
+    (started,) = executor.run([start], session="agent-a")
+    echo(f"   {_first_line(started.content)}")
+    if started.status is not ToolStatus.OK:
+        return
+    fetch = {"command": f"sleep 0.5; {_FETCH.format(port=port)}"}
+    answers = []
+    for name in ("agent-a", "agent-b"):
+        (fetched,) = executor.run(
+            [ToolCall(id=f"fetch-{name}", name="bash", arguments=fetch)], session=name
+        )
+        said = [line for line in fetched.content.splitlines() if line.startswith(("got", "ref"))]
+        answers.append(said[0] if said else _first_line(fetched.content))
+        echo(f"   {name}: {answers[-1]}")
+    log = ToolCall(id="log", name="process_output", arguments={"process": "p1"})
+    stop = ToolCall(id="stop", name="process_stop", arguments={"process": "p1"})
+    logged, stopped = executor.run([log, stop], session="agent-a")
+    requests = [line for line in logged.content.splitlines() if '"GET /' in line]
+    echo(f"   its log: {requests[0].strip() if requests else '(no request logged)'}")
+    echo(f"   {stopped.content.splitlines()[0]}")
+    if answers[-1].startswith("refused"):
+        echo("   (each session has a network of its own: no other session reaches its servers.)")
+    else:
+        echo("   (no network of its own here, so every session reaches it: docs/processes.md)")
+
+
+def _free_port() -> int:
+    # In a session's own network any port is free; without one (no sandbox) the host's is used.
+    with socket.socket() as probe_socket:
+        probe_socket.bind(("127.0.0.1", 0))
+        port: int = probe_socket.getsockname()[1]
+    return port
 
 
 def _kept(executor: Executor, result: ToolResult, echo: Callable[[str], None]) -> None:

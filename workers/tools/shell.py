@@ -88,8 +88,8 @@ def bash(
     stdin is closed; stdout and stderr are reported separately, each cut to its first and last
     halves when over the limit (1 MiB by default). A non-zero exit code is reported, not
     treated as a failure.
-    Background processes still running when the command ends are killed, so start nothing
-    meant to outlive the call.
+    Background processes still running when the command ends are killed: to keep a server, a
+    watcher or a REPL running between calls, use process_start (in a session).
     """
     if "\x00" in command:
         # The kernel takes arguments as C strings: a NUL byte cannot reach bash at all.

@@ -90,7 +90,7 @@ def served(redis_url: str, workspace: Path) -> Iterator[dict[str, str]]:
         yield env
 
 
-NINE = [
+BUILTIN = [
     "bash",
     "calculator",
     "edit_file",
@@ -98,6 +98,11 @@ NINE = [
     "glob",
     "grep",
     "list_directory",
+    "process_input",
+    "process_list",
+    "process_output",
+    "process_start",
+    "process_stop",
     "read_file",
     "write_file",
 ]
@@ -110,7 +115,7 @@ def test_tools_table_lists_the_live_tools_flags_and_limits(served: dict[str, str
     assert lines[0].startswith("queue toolpool.default: 1 live worker, catalog ")
     assert lines[1].split()[:5] == ["TOOL", "MODE", "READ-ONLY", "MAX", "CHARS"]
     rows = {line.split()[0]: line.split()[1:4] for line in lines[2:]}
-    assert list(rows) == NINE
+    assert list(rows) == BUILTIN
     assert rows["read_file"] == ["shared", "yes", "500"]
     assert rows["bash"] == ["exclusive", "no", "3000"]
 

@@ -47,7 +47,8 @@ from workers.tools._shell_settings import BashSettings
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
-NINE = {
+# The built-in tools: the nine of the requirements and a session's five background-process tools.
+BUILTIN = {
     "get_weather",
     "calculator",
     "read_file",
@@ -57,9 +58,23 @@ NINE = {
     "glob",
     "grep",
     "bash",
+    "process_start",
+    "process_output",
+    "process_input",
+    "process_stop",
+    "process_list",
 }
-READ_ONLY = {"read_file", "list_directory", "glob", "grep", "get_weather", "calculator"}
-DESTRUCTIVE = {"write_file", "edit_file", "bash"}
+READ_ONLY = {
+    "read_file",
+    "list_directory",
+    "glob",
+    "grep",
+    "get_weather",
+    "calculator",
+    "process_output",
+    "process_list",
+}
+DESTRUCTIVE = BUILTIN - READ_ONLY
 # The whole of one test's conversation with the server; only a broken server reaches it.
 SCENARIO_S = 180.0
 # ``... [588000 characters, 99000 lines dropped; full output: ...] ...`` (see ``marker``).
@@ -149,7 +164,7 @@ def error_text(result: types.CallToolResult) -> str:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_lists_the_nine_tools_with_their_schemas_and_hints(
+def test_lists_the_built_in_tools_with_their_schemas_and_hints(
     mode: str, redis_url: str, pool: Workers, server_log: Path
 ) -> None:
     expected = {tool.name: tool for tool in builtin_registry()}
@@ -164,7 +179,7 @@ def test_lists_the_nine_tools_with_their_schemas_and_hints(
     run(scenario)
     era = MODERN_PROTOCOL_VERSIONS if mode == "auto" else HANDSHAKE_PROTOCOL_VERSIONS
     assert versions[0] in era, versions
-    assert sorted(t.name for t in listed) == sorted(NINE) == sorted(expected)
+    assert sorted(t.name for t in listed) == sorted(BUILTIN) == sorted(expected)
     for tool in listed:
         assert tool.input_schema == expected[tool.name].parameters, tool.name
         assert tool.description == expected[tool.name].description, tool.name
@@ -322,7 +337,7 @@ def test_http_with_a_token_refuses_requests_without_it(
     with http_server(redis_url, server_log, token=token, token_in_env=token_in_env) as url:
         run(lambda: scenario(url))
     assert statuses == {"none": 401, "wrong": 401, "not bearer": 401}
-    assert sorted(listed) == sorted(NINE)
+    assert sorted(listed) == sorted(BUILTIN)
     assert answers == ["6*7 = 42"]
 
 
@@ -543,6 +558,33 @@ def test_with_a_session_every_call_runs_in_its_folder(
     folder = root / "agent-1"
     assert (folder / "notes.md").read_text() == "mine"
     assert texts == [f"exit code: 0\nstdout:\n{folder}"]
+
+
+def test_a_client_with_a_session_drives_a_background_repl(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, server_log: Path
+) -> None:
+    """Oracle: over the real MCP client, the REPL answers 42 in the third call from a variable
+    set in the second; an interpreter per call would answer a NameError."""
+    settings, _ = _sessions_pool(redis_url, tmp_path, make_workers, 1)
+    with Sessions(settings=settings) as admin:
+        admin.create("agent-1", timeout=PATIENCE_S)
+    texts: list[str] = []
+
+    async def scenario() -> None:
+        async with stdio_session(redis_url, server_log, "auto", "--session", "agent-1") as client:
+            started = await client.call_tool("process_start", {"command": "python3 -q", "wait": 5})
+            texts.append(ok_text(started))
+            set_x = {"process": "p1", "text": "x = 41"}
+            texts.append(ok_text(await client.call_tool("process_input", set_x)))
+            read_x = {"process": "p1", "text": "print(x + 1)", "wait": 10}
+            texts.append(ok_text(await client.call_tool("process_input", read_x)))
+            stop = {"process": "p1", "signal": "KILL"}
+            texts.append(ok_text(await client.call_tool("process_stop", stop)))
+
+    run(scenario)
+    assert texts[0].startswith("Started background process p1"), texts[0]
+    assert "\n42\n" in texts[2], texts[2]
+    assert "p1 is stopped" in texts[3], texts[3]
 
 
 def test_each_client_gets_a_session_of_its_own(

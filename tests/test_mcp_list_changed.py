@@ -36,12 +36,12 @@ from tests.support.mcp import ROOT, http_command, http_server, mcp_env, start_bu
 from tests.support.ports import free_port
 from tests.support.procs import DIST_TOOLS, MakeWorkers, Workers, stop_process
 from tests.support.waiting import PATIENCE_S
-from tests.test_mcp import MODES, NINE, run
+from tests.test_mcp import BUILTIN, MODES, run
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
 # What the second worker adds to the nine built-in tools.
-TEST_TOOLS = {tool.name for tool in dist_tools.registry()} - NINE
+TEST_TOOLS = {tool.name for tool in dist_tools.registry()} - BUILTIN
 
 
 class Told:
@@ -155,15 +155,15 @@ async def tool_names(client: Client) -> set[str]:
 async def join_and_leave(workers: Workers, clients: list[tuple[Client, Told]]) -> None:
     """The second worker joins, then stops; each client told each time, and its list follows."""
     for client, _ in clients:
-        assert await tool_names(client) == NINE
+        assert await tool_names(client) == BUILTIN
     (second,) = await anyio.to_thread.run_sync(lambda: workers.start(1, registry=DIST_TOOLS))
     for client, told in clients:
         await told.reach(1, "a worker with more tools joined")
-        assert await tool_names(client) == NINE | TEST_TOOLS
+        assert await tool_names(client) == BUILTIN | TEST_TOOLS
     await anyio.to_thread.run_sync(stop_process, second.process)
     for client, told in clients:
         await told.reach(2, "the last worker with the test tools stopped")
-        assert await tool_names(client) == NINE
+        assert await tool_names(client) == BUILTIN
         assert told.count == 2  # once per change
 
 

@@ -132,7 +132,7 @@ class Keeper:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the loop
         self.selector.register(wake_r, selectors.EVENT_READ)
-        self.publish()
+        published = self.publish(tries=1)
         while self.status is None:
             for key, mask in self.selector.select(_TICK):
                 if key.fd == wake_r:
@@ -145,6 +145,9 @@ class Keeper:
                         self._read_terminal()
                     if mask & selectors.EVENT_WRITE:
                         self._type()
+            # Redis away at the start: tried again each tick, never holding up the terminal.
+            if not published:
+                published = self.publish(tries=1)
             self._reap()
             if self.status is not None:
                 break
@@ -324,21 +327,23 @@ class Keeper:
         data["keeper_pid"] = os.getpid()
         place.write_json(self.folder / place.STATE, data)
 
-    def publish(self) -> None:
-        """Record the process in the session's record in Redis, patiently: a failover passes."""
-        for attempt in range(_RECORD_TRIES):
+    def publish(self, tries: int = _RECORD_TRIES) -> bool:
+        """Record the process in the session's record in Redis; True once done. Tried
+        ``tries`` times a second apart: a failover passes while the keeper waits."""
+        for attempt in range(tries):
             try:
                 if self._store is None:
                     settings = Settings.from_env()
                     client = connect(settings.redis.url or "", role=STANDARD)
                     self._store = SessionStore(client, Keys(settings.redis.key_prefix))
                 self._store.set_process(self.record)
-                return
+                return True
             except (redis.RedisError, ValueError) as exc:
-                if attempt == _RECORD_TRIES - 1:
+                if attempt == tries - 1:
                     log.warning("could not record the process in Redis: %s", exc)
-                    return
+                    return False
                 time.sleep(1.0)
+        return False
 
 
 def _signal_name(number: int) -> str:

@@ -125,7 +125,7 @@ def test_tools_export_formats(served: dict[str, str]) -> None:
         result = CliRunner().invoke(main, ["tools", "--format", fmt], env=served)
         assert result.exit_code == 0, result.output
         exported = json.loads(result.output)
-        assert len(exported) == 9
+        assert len(exported) == 14
         assert all(key in item for item in exported)
 
 

@@ -223,7 +223,7 @@ def test_node_drives_the_http_server_by_mcp_and_by_whole_turns(
     assert got["server"]["name"] == "toolpool", got["server"]
 
     tools = {tool["name"]: tool["annotations"] for tool in got["tools"]}
-    assert len(got["tools"]) == 9
+    assert len(got["tools"]) == 14
     assert sorted(tools) == sorted(tool.name for tool in builtin_registry())
     assert tools["read_file"]["readOnlyHint"] is True, tools["read_file"]
     assert tools["bash"]["readOnlyHint"] is False, tools["bash"]

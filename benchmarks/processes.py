@@ -10,13 +10,15 @@ settings are the defaults (the sandbox where bubblewrap works, the default limit
    ``true`` and a ``process_start`` of ``sleep 3600`` with ``wait=0``, in alternating order;
    the started process is killed after its round, untimed. Per call: the time of
    ``Executor.run`` of that one call. Overheads: the median of the paired differences
-   against the round's ``calculator`` and ``bash true``.
+   against the round's ``calculator`` and ``bash true``. In the same rounds, not calls: a
+   bare ``python -c pass`` and a Python that imports the keeper's module, as a keeper
+   starts (the part of a start that is a Python interpreter coming up).
 2. ``output``: ``--calls`` rounds of a ``calculator`` call and a ``process_output`` page
    (2,500 bytes from offset 0) of a running process that has written 10 kB.
 3. ``idle``: ``--per-session`` ``sleep 3600`` processes in each of ``--sessions`` fresh
    sessions; then, from /proc, VmRSS (and PSS, which shares a library's pages among those
    that map it) of each keeper, of the sandbox's processes it runs and of each session's
-   network holder, the CPU time (utime + stime) the keepers use over ``--idle`` seconds with
+   network holder, the CPU time (/proc/PID/schedstat) the keepers use over ``--idle`` s with
    nothing asked of them, and Redis's ``used_memory`` delta over the starts / processes (all
    they leave: the records, the calls' results and events) beside ``MEMORY USAGE`` of the
    sessions' process hashes / processes (the records alone). The sessions are deleted after.
@@ -36,6 +38,7 @@ import shlex
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,13 +58,19 @@ from executor import Executor, SessionError, Sessions, Settings, ToolStatus
 from executor.wire import Keys
 from workers._embedded_redis import RedisServer
 from workers.processes import _place as place
-from workers.processes._daemon import KEEPER_OF
+from workers.processes._daemon import KEEPER_OF, daemon_env
 from workers.tools._sandbox import probe
 
 TRIVIAL = "calculator"
 LISTING = "process_list"
 BASH = "bash true"
 START = "process_start"
+PY_BARE = "(no call) python -c pass"
+PY_KEEPER = "(no call) python importing the keeper"
+_PYTHONS = {
+    PY_BARE: [sys.executable, "-c", "pass"],
+    PY_KEEPER: [sys.executable, "-c", "import workers.tools._keeper"],
+}
 OUTPUT = "process_output"
 _ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     TRIVIAL: ("calculator", {"expression": "6*7"}),
@@ -108,7 +117,7 @@ class Proc:
     ppid: int
     rss_kb: int
     pss_kb: int
-    cpu_ticks: int
+    cpu_ns: int
 
 
 def read_proc(pid: int) -> Proc | None:
@@ -124,7 +133,16 @@ def read_proc(pid: int) -> Proc | None:
     # After the name: state ppid ... utime (14th field of the line) stime (15th).
     ppid, utime, stime = int(fields[1]), int(fields[11]), int(fields[12])
     rss = _status_kb(status, "VmRSS:")
-    return Proc(pid, name, ppid, rss, _pss_kb(base, rss), utime + stime)
+    return Proc(pid, name, ppid, rss, _pss_kb(base, rss), _cpu_ns(base, utime + stime))
+
+
+def _cpu_ns(base: Path, ticks: int) -> int:
+    """The CPU time the scheduler counted (nanoseconds); without schedstat, utime + stime
+    (in clock ticks, 10 ms, too coarse for an idle keeper)."""
+    try:
+        return int((base / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return ticks * 1_000_000_000 // _CLK_TCK
 
 
 def _status_kb(status: str, key: str) -> int:
@@ -210,7 +228,13 @@ class ProcessBench:
             self.pool.stop()
             self.sessions.close()
             self.client.close()
-            sweep_daemons(self.root)
+            left = sweep_daemons(self.root)
+            # Deleting a session stops its processes: one left running is a finding.
+            print(
+                "daemons left after the sessions were deleted: "
+                + (f"{len(left)} (killed: {', '.join(map(str, left))})" if left else "none"),
+                flush=True,
+            )
 
     @contextmanager
     def session(self, label: str) -> Iterator[tuple[str, Executor]]:
@@ -252,6 +276,13 @@ def call(executor: Executor, tool: str, arguments: dict[str, Any]) -> tuple[floa
     return took, result.content
 
 
+def python_ms(argv: list[str]) -> float:
+    """How long ``argv`` (a Python) takes to run, started with a keeper's environment."""
+    started = time.perf_counter()
+    subprocess.run(argv, env=daemon_env(), check=True, stdin=subprocess.DEVNULL)
+    return (time.perf_counter() - started) * 1000.0
+
+
 def started_id(answer: str) -> str:
     """The process id in a ``process_start`` answer ("Started background process p3 ...")."""
     words = answer.split()
@@ -274,12 +305,15 @@ def wait_until(ready: Callable[[], bool], what: str, patience: float = _PATIENCE
 
 def measure_start(bench: ProcessBench, executor: Executor) -> dict[str, list[float]]:
     """Per kind of call, the time of each of ``--calls`` rounds, after warm-up rounds."""
-    kinds = [TRIVIAL, LISTING, BASH, START]
+    kinds = [TRIVIAL, LISTING, BASH, START, PY_BARE, PY_KEEPER]
     times: dict[str, list[float]] = {kind: [] for kind in kinds}
     for index in range(bench.args.warmup + bench.args.calls):
         this_round: dict[str, float] = {}
         started = ""
         for kind in order(kinds, index):
+            if kind in _PYTHONS:
+                this_round[kind] = python_ms(_PYTHONS[kind])
+                continue
             tool, arguments = _ARGUMENTS[kind]
             took, answer = call(executor, tool, arguments)
             this_round[kind] = took
@@ -377,7 +411,7 @@ def measure_idle(bench: ProcessBench) -> Idle:
         for executor in executors:
             for _ in range(args.per_session):
                 started_id(call(executor, *_ARGUMENTS[START])[1])
-        count = args.sessions * args.per_session
+        count: int = args.sessions * args.per_session
 
         def recorded() -> bool:
             records = [r for n in names for r in bench.sessions.store.processes(n)]
@@ -404,8 +438,8 @@ def measure_idle(bench: ProcessBench) -> Idle:
         holder_procs = [p for p in map(read_proc, [h for h in holders if h]) if p is not None]
 
         def spent(pids: Sequence[int]) -> float:
-            ticks = sum(cpu_after.get(pid, 0) - cpu_before.get(pid, 0) for pid in pids)
-            return ticks * 1000.0 / _CLK_TCK
+            spent_ns = sum(cpu_after.get(pid, 0) - cpu_before.get(pid, 0) for pid in pids)
+            return spent_ns / 1e6
 
         return Idle(
             processes=count,
@@ -435,7 +469,7 @@ def _cpu(pids: set[int]) -> dict[int, int]:
     for pid in pids:
         proc = read_proc(pid)
         if proc is not None:
-            found[pid] = proc.cpu_ticks
+            found[pid] = proc.cpu_ns
     return found
 
 
@@ -509,6 +543,7 @@ def run(args: argparse.Namespace) -> None:
         flush=True,
     )
     folder = Path(tempfile.mkdtemp(prefix="toolpool-bench-processes-"))
+    print(f"folder: {folder} (removed at the end)", flush=True)
     try:
         with RedisServer() as server:
             bench = ProcessBench(server=server, folder=folder, args=args)
@@ -578,16 +613,16 @@ def _report(
 ) -> None:
     runs = f"min / median / max of {args.runs} run(s)"
     print(f"\n1. A call's round trip, ms (per run: median of {args.calls} rounds; {runs})")
-    for kind in (TRIVIAL, LISTING, BASH, START):
-        print(f"  {kind:<34} {spread(starts[kind]):>26}")
-    print(f"  {'process_start - calculator':<34} {spread(over_trivial, '+.2f'):>26}")
-    print(f"  {'process_start - bash true':<34} {spread(over_bash, '+.2f'):>26}")
+    for kind in (TRIVIAL, LISTING, BASH, START, PY_BARE, PY_KEEPER):
+        print(f"  {kind:<38} {spread(starts[kind]):>26}")
+    print(f"  {'process_start - calculator':<38} {spread(over_trivial, '+.2f'):>26}")
+    print(f"  {'process_start - bash true':<38} {spread(over_bash, '+.2f'):>26}")
     ratio = [s / t for s, t in zip(starts[START], starts[TRIVIAL], strict=True)]
-    print(f"  {'process_start / calculator':<34} {spread(ratio):>26}")
+    print(f"  {'process_start / calculator':<38} {spread(ratio):>26}")
     print(f"\n2. A page of a running process's output ({_PAGE} bytes), ms ({runs})")
-    print(f"  {TRIVIAL:<34} {spread(reads[TRIVIAL]):>26}")
-    print(f"  {OUTPUT:<34} {spread(reads[OUTPUT]):>26}")
-    print(f"  {'process_output - calculator':<34} {spread(over_read, '+.2f'):>26}")
+    print(f"  {TRIVIAL:<38} {spread(reads[TRIVIAL]):>26}")
+    print(f"  {OUTPUT:<38} {spread(reads[OUTPUT]):>26}")
+    print(f"  {'process_output - calculator':<38} {spread(over_read, '+.2f'):>26}")
     count = idles[0].processes
     print(
         f"\n3. An idle background process (`sleep 3600`; {count} of them: {args.sessions} "
@@ -625,10 +660,10 @@ def _report(
         ("Redis record (MEMORY USAGE) / process, B", [i.record_b for i in idles], ".0f"),
     ]
     for label, values, form in rows:
-        print(f"  {label:<42} {spread(values, form):>26}")
+        print(f"  {label:<42} {spread(values, form):>22}")
     print(
-        f"  (CPU from /proc utime + stime, {1000 / _CLK_TCK:g} ms ticks summed over {count} "
-        "keepers; used_memory counts all a start leaves: record, call results, events)"
+        f"  (CPU: /proc/PID/schedstat's run time, summed over the {count} keepers, / {count}; "
+        "used_memory counts all a start leaves: the record, the call's result, its events)"
     )
 
 

@@ -11,8 +11,8 @@ settings are the defaults (the sandbox where bubblewrap works, the default limit
    the started process is killed after its round, untimed. Per call: the time of
    ``Executor.run`` of that one call. Overheads: the median of the paired differences
    against the round's ``calculator`` and ``bash true``. In the same rounds, not calls: a
-   bare ``python -c pass`` and a Python that imports the keeper's module, as a keeper
-   starts (the part of a start that is a Python interpreter coming up).
+   bare Python and a Python that imports the keeper's module, as a keeper starts, each
+   leaving by ``os._exit`` (the part of a start that is a Python interpreter coming up).
 2. ``output``: ``--calls`` rounds of a ``calculator`` call and a ``process_output`` page
    (2,500 bytes from offset 0) of a running process that has written 10 kB.
 3. ``idle``: ``--per-session`` ``sleep 3600`` processes in each of ``--sessions`` fresh
@@ -65,11 +65,13 @@ TRIVIAL = "calculator"
 LISTING = "process_list"
 BASH = "bash true"
 START = "process_start"
-PY_BARE = "(no call) python -c pass"
+PY_BARE = "(no call) a bare python"
 PY_KEEPER = "(no call) python importing the keeper"
+# Each leaves by os._exit, as a keeper is timed until it says ready, not until an exit that
+# tears its modules down.
 _PYTHONS = {
-    PY_BARE: [sys.executable, "-c", "pass"],
-    PY_KEEPER: [sys.executable, "-c", "import workers.tools._keeper"],
+    PY_BARE: [sys.executable, "-c", "import os; os._exit(0)"],
+    PY_KEEPER: [sys.executable, "-c", "import os, workers.tools._keeper; os._exit(0)"],
 }
 OUTPUT = "process_output"
 _ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {

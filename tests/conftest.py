@@ -20,6 +20,7 @@ from tests.support.procs import MakeWorkers, Workers
 from tests.support.sandbox import require_sandbox
 from workers._embedded_redis import RedisServer
 from workers.pipeline._runner import CallEnvironment, run_call
+from workers.processes._ending import end_under
 
 RunTool = Callable[..., ToolResult]
 
@@ -109,6 +110,10 @@ def make_workers(tmp_path: Path) -> Iterator[MakeWorkers]:
     yield make
     for group in made:
         group.stop_all()
+    # Test workers are no pool, so nothing ends the background processes and session
+    # networks they started (a pool does): end those of this test's sessions.
+    if made:
+        end_under(tmp_path, "the test ended")
 
 
 @pytest.fixture

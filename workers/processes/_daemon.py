@@ -29,6 +29,8 @@ TOKEN_ENV = "TOOLPOOL_POOL_CHILD"
 POOL_MARK = "TOOLPOOL_POOL_PROCESSES"
 # Names the process folder a keeper keeps (a network holder has none).
 KEEPER_OF = "TOOLPOOL_KEEPER_OF"
+# Names the session host folder whose network a holder keeps.
+NETNS_OF = "TOOLPOOL_NETNS_OF"
 
 
 def daemon_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from workers.processes import _place as place
-from workers.processes._daemon import KEEPER_OF, POOL_MARK
+from workers.processes._daemon import KEEPER_OF, NETNS_OF, POOL_MARK
 from workers.processes._netns import stop_holder
 from workers.processes._place import STOP_GRACE
 from workers.processes._table import ask_stop
@@ -50,8 +50,7 @@ def end_pool(pool_id: str, reason: str) -> int:
     keepers = []
     for pid, environ in _marked(needle):
         if _KEEPER in environ:
-            start = environ.index(_KEEPER) + len(_KEEPER)
-            folder = environ[start : environ.index(b"\0", start)].decode(errors="replace")
+            folder = _value(environ, KEEPER_OF)
             ask_stop(Path(folder), pid, reason)
             keepers.append((pid, folder))
         else:  # a session's network holder
@@ -59,6 +58,29 @@ def end_pool(pool_id: str, reason: str) -> int:
                 os.kill(pid, signal.SIGTERM)
     _wait_gone(keepers)
     return len(keepers)
+
+
+def end_under(folder: Path, reason: str) -> int:
+    """Stop every keeper and session network of sessions roots under ``folder`` (a test's
+    temporary folder, whose workers were no pool); how many processes were stopped."""
+    prefix = (str(folder).rstrip("/") + "/").encode()
+    keepers = []
+    for key in (KEEPER_OF, NETNS_OF):
+        for pid, environ in _marked(f"\0{key}=".encode() + prefix):
+            served = _value(environ, key)
+            if key == KEEPER_OF:
+                ask_stop(Path(served), pid, reason)
+                keepers.append((pid, served))
+            else:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
+    _wait_gone(keepers)
+    return len(keepers)
+
+
+def _value(environ: bytes, key: str) -> str:
+    start = environ.index(f"\0{key}=".encode()) + len(key) + 2
+    return environ[start : environ.index(b"\0", start)].decode(errors="replace")
 
 
 def _marked(needle: bytes) -> list[tuple[int, bytes]]:

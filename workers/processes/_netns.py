@@ -25,7 +25,7 @@ import struct
 import sys
 from pathlib import Path
 
-from workers.processes._daemon import daemon_env, detach, failed, ready, start_daemon
+from workers.processes._daemon import NETNS_OF, daemon_env, detach, failed, ready, start_daemon
 from workers.processes._place import NETNS_PID, daemon_alive
 
 _CLONE_NEWNET = 0x40000000
@@ -46,7 +46,8 @@ def join(host_folder: Path) -> tuple[list[str], str]:
         pid = _holder(host_folder)
         if pid is None or not daemon_alive(pid, marker):
             argv = [sys.executable, "-m", "workers.processes._netns", marker]
-            pid = start_daemon(argv, daemon_env(), "the session network")
+            env = daemon_env({NETNS_OF: marker})
+            pid = start_daemon(argv, env, "the session network")
             (host_folder / NETNS_PID).write_text(str(pid))
     return [nsenter, f"--net=/proc/{pid}/ns/net", "--"], ""
 

@@ -280,7 +280,7 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
         "return [...document.querySelectorAll('#workers td.tools')]"
         ".map(td => td.title.split(', ').length)"
     )
-    assert tools == [13, 13]  # the nine built-in tools and the test tools, on each worker
+    assert tools == [18, 18]  # the 14 built-in tools (5 of processes) and 4 test tools, each
     # The same page all along, updated by its stream.
     assert script("return window.toolpoolPageLoad") == loaded
     assert int(script("return document.getElementById('status').dataset.updates")) > updates

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from executor.wire import (
         Catalog,
         ErrorType,
+        ProcessRecord,
         SessionInfo,
         ToolCall,
         ToolResult,
@@ -89,6 +90,7 @@ __all__ = [
     "FenceError",
     "InvalidArgumentsError",
     "NoWorkerError",
+    "ProcessRecord",
     "RedisUnavailable",
     "SessionError",
     "SessionInfo",
@@ -135,6 +137,7 @@ _MODULE_OF: dict[str, str] = {
     "FenceError": "executor._errors",
     "InvalidArgumentsError": "executor._errors",
     "NoWorkerError": "executor._errors",
+    "ProcessRecord": "executor.wire",
     "RedisUnavailable": "executor._errors",
     "SessionError": "executor._errors",
     "SessionInfo": "executor.wire",

@@ -136,6 +136,7 @@ def test_session_show_prints_times_and_sizes_for_a_person(env: dict[str, str]) -
         "K",
         "free",
     )
+    assert lines["processes"] == "no background processes"
     assert "None" not in shown.stdout
     assert not re.search(r"\b1[789]\d{8}\b", shown.stdout), shown.stdout  # no epoch seconds
 

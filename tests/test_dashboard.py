@@ -10,6 +10,7 @@ test saves its screenshots there (``docs/`` keeps the README's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,10 +25,11 @@ from typing import Any
 
 import pytest
 
-from executor import Executor, Settings, ToolResult
+from executor import Executor, Sessions, Settings, ToolResult
 from tests.support.mcp import ROOT, TOOLPOOL, mcp_env
 from tests.support.ports import free_port
 from tests.support.procs import MakeWorkers, stop_process
+from tests.support.sessions import host_settings, ok
 from tests.support.waiting import PATIENCE_S, wait_for
 
 pytestmark = pytest.mark.proof  # a dashboard process beside real worker processes
@@ -67,19 +69,36 @@ def dashboard(redis_url: str, tmp_path: Path, make_workers: MakeWorkers) -> Iter
     workspace.mkdir()
     (workspace / "a.txt").write_text("alpha\n")
     settings = Settings(redis_url=redis_url, workspace=workspace)
+    with _serving(settings, tmp_path, make_workers) as served:
+        yield served
+
+
+@pytest.fixture
+def session_dashboard(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> Iterator[Dashboard]:
+    """The dashboard of two workers that serve the sessions of host ``h1``."""
+    settings = host_settings(redis_url, tmp_path, "h1")
+    with _serving(settings, tmp_path, make_workers) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def _serving(settings: Settings, tmp_path: Path, make_workers: MakeWorkers) -> Iterator[Dashboard]:
+    """Two workers of ``settings`` and a dashboard process that shows them both."""
     make_workers(settings).start(2)
     port = free_port()
     log = tmp_path / "dashboard.log"
     with log.open("ab") as output:
         process = subprocess.Popen(
-            [*TOOLPOOL, "dashboard", "--port", str(port), "--redis", redis_url],
+            [*TOOLPOOL, "dashboard", "--port", str(port), "--redis", settings.redis.url or ""],
             env=mcp_env(TOOLPOOL_DASHBOARD_TOKEN=TOKEN),
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=output,
             stderr=output,
         )
-    served = Dashboard(f"http://127.0.0.1:{port}", settings, workspace)
+    served = Dashboard(f"http://127.0.0.1:{port}", settings, settings.worker.workspace)
     try:
         wait_for(
             lambda: _answers(served) or process.poll() is not None,
@@ -261,7 +280,7 @@ def test_in_a_browser_the_page_shows_the_pool_live_and_draws_a_timeline(
         "return [...document.querySelectorAll('#workers td.tools')]"
         ".map(td => td.title.split(', ').length)"
     )
-    assert tools == [13, 13]  # the nine built-in tools and the test tools, on each worker
+    assert tools == [18, 18]  # the 14 built-in tools (5 of processes) and 4 test tools, each
     # The same page all along, updated by its stream.
     assert script("return window.toolpoolPageLoad") == loaded
     assert int(script("return document.getElementById('status').dataset.updates")) > updates
@@ -352,3 +371,63 @@ def test_in_a_browser_nothing_unknown_reads_as_zero_or_blank_and_the_timeline_op
         "return [r.top, r.bottom, window.innerHeight]"
     )
     assert 0 <= top < height, (top, bottom, height)
+
+
+def test_in_a_browser_a_sessions_background_process_shows_running_then_stopped(
+    session_dashboard: Dashboard, browser: Any
+) -> None:
+    """Oracle: no row for the running process (or no pid on it), a row still ``running``
+    after process_stop, the stop's reason or the output size missing, the session's count
+    not following, or a page that had to be reloaded to show any of it."""
+    dashboard = session_dashboard
+
+    def text(selector: str) -> str:
+        found: str = browser.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : ''",
+            selector,
+        )
+        return found
+
+    def until(condition: Any, what: str) -> None:
+        wait_for(condition, f"the page to show {what}")
+
+    browser.get(f"{dashboard.url}/?token={TOKEN}")
+    until(lambda: text("#processes tbody") == "no background processes", "no processes")
+    loaded = browser.execute_script("return window.toolpoolPageLoad")
+    with Sessions(settings=dashboard.settings) as sessions:
+        sessions.create("web")
+    with Executor(settings=dashboard.settings, session="web") as executor:
+        [started] = executor.run(
+            [
+                {
+                    "id": "bg-start",
+                    "name": "process_start",
+                    "arguments": {"command": "echo up; exec sleep 600", "wait": 5},
+                }
+            ],
+            timeout=PATIENCE_S * 2,
+        )
+        assert "Started background process p1" in ok(started)
+        row = '#processes tr[data-session="web"][data-process="p1"]'
+        until(lambda: text(f'{row}[data-state="running"]') != "", "p1 running")
+        assert text(f"{row} td.ending").startswith("pid "), text(row)
+        assert int(text(f"{row} td.ending").removeprefix("pid ")) > 0, text(row)
+        assert text(f"{row} td.command") == "echo up; exec sleep 600"
+        assert text(f"{row} td.output") == ""  # not known while it runs
+        background = '#sessions tr[data-session="web"] td.background'
+        assert text(background) == "1 running, 0 ended"
+        _screenshot(browser, "dashboard-processes.png")
+
+        [stopped] = executor.run(
+            [{"id": "bg-stop", "name": "process_stop", "arguments": {"process": "p1"}}],
+            timeout=PATIENCE_S * 2,
+        )
+        assert "stopped" in ok(stopped), stopped.content
+    until(lambda: text(f'{row}[data-state="stopped"]') != "", "p1 stopped")
+    assert text(f"{row} td.ending") == "stopped by process_stop (SIGTERM)"
+    with Sessions(settings=dashboard.settings) as sessions:
+        [record] = sessions.processes("web")
+    assert record.output_bytes >= len("up\n"), record
+    assert text(f"{row} td.output") == f"{record.output_bytes} B"
+    until(lambda: text(background) == "0 running, 1 ended", "the session's count")
+    assert browser.execute_script("return window.toolpoolPageLoad") == loaded

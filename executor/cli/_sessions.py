@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -13,7 +14,10 @@ from executor._settings import Settings
 from executor.cli._common import connection_options, require_redis, settings_for, talking_to
 from executor.client import Sessions
 from executor.lock import LockStatus
-from executor.wire import SessionInfo
+from executor.wire import ProcessRecord, SessionInfo
+
+# A command is shown up to this many characters in a table; --json has it whole.
+_COMMAND_SHOWN = 60
 
 
 def _sessions(settings: Settings) -> Sessions:
@@ -92,15 +96,30 @@ def list_command(as_json: bool, redis_url: str | None, prefix: str | None) -> No
     with talking_to(settings), _sessions(settings) as sessions:
         infos = sessions.list()
         locks = {info.name: sessions.lock_status(info.name) for info in infos}
+        running = {info.name: _running(sessions.store.processes(info.name)) for info in infos}
         live = sessions.hosts()
     if as_json:
         for info in infos:
-            click.echo(json.dumps(_as_json(info, locks[info.name], info.host in live)))
+            shown = _as_json(info, locks[info.name], info.host in live)
+            click.echo(json.dumps({**shown, "processes_running": running[info.name]}))
         return
     if not infos:
         click.echo("No sessions. Create one with `toolpool session create NAME`.")
         return
-    rows = [("SESSION", "HOST", "STATE", "SIZE", "CALLS", "PENDING", "LAST USE", "EXPIRES", "LOCK")]
+    rows = [
+        (
+            "SESSION",
+            "HOST",
+            "STATE",
+            "SIZE",
+            "CALLS",
+            "PENDING",
+            "PROCS",
+            "LAST USE",
+            "EXPIRES",
+            "LOCK",
+        )
+    ]
     for info in infos:
         host = info.host if info.host in live else f"{info.host} (no live worker)"
         rows.append(
@@ -111,14 +130,14 @@ def list_command(as_json: bool, redis_url: str | None, prefix: str | None) -> No
                 _size(info.size_bytes),
                 str(info.calls),
                 str(info.pending),
+                str(running[info.name]),
                 _ago(info.last_used),
                 _expires(info),
                 _holder(locks[info.name]),
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip())
+    for line in _table(rows):
+        click.echo(line)
 
 
 @session.command("show")
@@ -126,17 +145,69 @@ def list_command(as_json: bool, redis_url: str | None, prefix: str | None) -> No
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @connection_options
 def show_command(name: str, as_json: bool, redis_url: str | None, prefix: str | None) -> None:
-    """Show one session: its record, shell state and lock."""
+    """Show one session: its record, shell state, lock and background processes."""
     settings = settings_for(redis_url, prefix)
     with talking_to(settings), _sessions(settings) as sessions:
         info = sessions.get(name)
         lock = sessions.lock_status(name)
         live = info.host in sessions.hosts()
+        processes = sessions.processes(name)
     if as_json:
-        click.echo(json.dumps(_as_json(info, lock, live), indent=2))
+        shown = _as_json(info, lock, live)
+        shown["processes"] = [_process_json(record) for record in processes]
+        click.echo(json.dumps(shown, indent=2))
         return
     for key, value in _shown(info, lock, live):
         click.echo(f"{key:12} {value}".rstrip())
+    for line in _processes_shown(processes):
+        click.echo(line)
+
+
+def _processes_shown(records: list[ProcessRecord]) -> list[str]:
+    """``session show``'s background processes: a heading line, then one row each."""
+    if not records:
+        return [f"{'processes':12} no background processes"]
+    heading = f"{'processes':12} {len(records)} ({_running(records)} running)"
+    rows = [("ID", "STATE", "AGE", "PID OR ENDING", "OUTPUT", "COMMAND")]
+    for record in records:
+        running = record.state in ("starting", "running")
+        rows.append(
+            (
+                record.id,
+                record.state,
+                _duration(record.age_s),
+                f"pid {record.pid}" if running else record.ending(),
+                # Its keeper records the size at its end only: while it runs, it is unknown here.
+                "-" if running else _size(record.output_bytes),
+                _short(record.command),
+            )
+        )
+    return [heading, *("  " + line for line in _table(rows))]
+
+
+def _process_json(record: ProcessRecord) -> dict[str, object]:
+    shown: dict[str, object] = record.model_dump()
+    shown["age_s"] = round(record.age_s, 3)
+    shown["ending"] = record.ending()
+    if record.state in ("starting", "running"):
+        shown["output_bytes"] = None  # counted at its end only (see _processes_shown)
+    return shown
+
+
+def _running(records: list[ProcessRecord]) -> int:
+    return sum(1 for record in records if record.state in ("starting", "running"))
+
+
+def _short(command: str, most: int = _COMMAND_SHOWN) -> str:
+    """A command on one line of at most ``most`` characters, an ellipsis where it was cut."""
+    line = " ".join(command.split())
+    return line if len(line) <= most else line[: most - 1] + "…"
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows as lines of columns padded to their widest cell."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip() for row in rows]
 
 
 def _shown(info: SessionInfo, lock: LockStatus, live: bool) -> list[tuple[str, str]]:

@@ -10,6 +10,7 @@ host removes the folder, and the session's keys go.
 
 from __future__ import annotations
 
+import builtins
 import json
 import time
 import uuid
@@ -29,6 +30,7 @@ from executor.wire import (
     DELETING,
     READY,
     Keys,
+    ProcessRecord,
     SessionInfo,
     SessionStore,
     check_session_name,
@@ -42,7 +44,8 @@ _DRAIN_POLL_S = 0.1
 
 @dataclass
 class Sessions:
-    """Manage the sessions of one Redis: ``create``, ``get``, ``list``, ``delete``, ``hosts``."""
+    """Manage the sessions of one Redis: ``create``, ``get``, ``list``, ``delete``, ``hosts``,
+    and read a session's background processes (``processes``)."""
 
     redis_url: str | None = None
     settings: Settings = field(default_factory=Settings.from_env)
@@ -127,6 +130,15 @@ class Sessions:
         """Every session, by name."""
         with reaching(self.redis_url, "while listing sessions"):
             return self.store.read_many(self.store.names())
+
+    # builtins.list: in this class, ``list`` is the method above.
+    def processes(self, name: str) -> builtins.list[ProcessRecord]:
+        """The background processes of session ``name``, oldest first, as their keepers last
+        recorded them (at their start and at their end: ``output_bytes`` is counted at the
+        end). ``SessionError`` if there is no such session."""
+        self.get(name)
+        with reaching(self.redis_url, f"while reading session {name}'s processes"):
+            return self.store.processes(name)
 
     def lock_status(self, name: str) -> LockStatus:
         """Who holds and who waits for the lock of session ``name``."""

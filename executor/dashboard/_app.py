@@ -3,7 +3,8 @@
 Read-only: nothing here changes the pool. Routes:
 
 - ``/``: the page; it updates from ``/api/stream`` without reloading;
-- ``/api/state``: the latest snapshot (workers, sessions, lock, queue, recent calls);
+- ``/api/state``: the latest snapshot (workers, sessions and their background processes,
+  lock, queue, recent calls);
 - ``/api/stream``: server-sent events: ``state`` once a second, ``event`` for each of the
   pool's events as it happens;
 - ``/api/turns/{turn_id}/timeline.svg``: that turn's timeline;

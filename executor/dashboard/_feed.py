@@ -23,7 +23,7 @@ import redis
 from executor._connect import FOLLOWER, READER, connect
 from executor._pool_state import RECENT_EVENTS, newest_events, sessions, snapshot
 from executor._settings import Settings
-from executor.wire import Event, Keys, follow_event_batches
+from executor.wire import Event, Keys, ProcessRecord, follow_event_batches
 from executor.wire._events import READ_COUNT
 
 log = logging.getLogger(__name__)
@@ -34,6 +34,9 @@ SNAPSHOT_S = 1.0
 VIEWER_BACKLOG = 1000
 # How long the events gather between reads: what the page may lag behind the pool.
 GATHER_S = 0.1
+# Ended background processes shown per session, the newest: Redis keeps every one until the
+# session ends, and the snapshot is sent each second.
+ENDED_SHOWN = 10
 
 
 class Feed:
@@ -107,8 +110,31 @@ class Feed:
     def _snapshot(self) -> dict[str, Any]:
         state = snapshot(self._client, self._settings, recent=100, events=list(self._recent))
         state["sessions"] = sessions(self._client, self._settings)
+        state["processes"] = self._processes(state["sessions"])
         state["viewers"] = self.viewers
         return state
+
+    def _processes(self, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The sessions' background processes, by session then start: all that run, and the
+        newest ``ENDED_SHOWN`` ended ones of each; each session's counts put on its row."""
+        keys = Keys(self._settings.redis.key_prefix)
+        with self._client.pipeline(transaction=False) as pipe:  # one round trip for all
+            for session in found:
+                pipe.hgetall(keys.session_processes(session["name"]))
+            answers = pipe.execute()
+        shown: list[dict[str, Any]] = []
+        for session, raw in zip(found, answers, strict=True):
+            records = sorted(
+                (ProcessRecord.model_validate_json(value) for value in raw.values()),
+                key=lambda record: (record.started_at, record.id),
+            )
+            running = [r for r in records if r.state in ("starting", "running")]
+            ended = [r for r in records if r.state not in ("starting", "running")]
+            session["processes_running"] = len(running)
+            session["processes_ended"] = len(ended)
+            kept = {r.id for r in running} | {r.id for r in ended[-ENDED_SHOWN:]}
+            shown.extend(_process_row(r) for r in records if r.id in kept)
+        return shown
 
     def _follow(self) -> None:
         """The events, as they come, to every viewer (on the loop's thread)."""
@@ -153,6 +179,23 @@ class Feed:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 loop.call_soon_threadsafe(self._send, message)
+
+
+def _process_row(record: ProcessRecord) -> dict[str, Any]:
+    """A process as the page shows it; its age from this clock, not the browser's."""
+    running = record.state in ("starting", "running")
+    return {
+        "session": record.session,
+        "id": record.id,
+        "host": record.host,
+        "state": record.state,
+        "pid": record.pid,
+        "age_s": round(record.age_s, 1),
+        "ending": record.ending(),
+        # Its keeper records the size at its end only: unknown while it runs.
+        "output_bytes": None if running else record.output_bytes,
+        "command": record.command,
+    }
 
 
 def _message(kind: str, data: Any) -> str:

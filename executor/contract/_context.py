@@ -39,12 +39,15 @@ class SessionPlace:
     workspace, out of its commands' sight: background processes and the session's network
     live there. ``redis_env`` holds the ``TOOLPOOL_REDIS_*`` variables with which a process
     of the tool's (a background process's keeper) reaches the pool's Redis.
+    ``publish(process_id, record_json)`` keeps a background process's record where every
+    process sees it (the session's record in Redis); False if it could not, never raising.
     """
 
     name: str
     host: str
     host_folder: Path
     redis_env: dict[str, str] = field(default_factory=dict)
+    publish: Callable[[str, str], bool] = lambda process_id, record_json: True
 
 
 def no_fence() -> None:

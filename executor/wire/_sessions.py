@@ -177,8 +177,12 @@ class SessionStore:
 
     def set_process(self, record: ProcessRecord) -> bool:
         """Record a background process of its session; False if the session is gone."""
-        keys = [self.keys.session(record.session), self.keys.session_processes(record.session)]
-        return bool(self._set_process(keys=keys, args=[record.id, record.model_dump_json()]))
+        return self.set_process_json(record.session, record.id, record.model_dump_json())
+
+    def set_process_json(self, name: str, process_id: str, record_json: str) -> bool:
+        """``set_process`` of a record already in JSON (a ``ProcessRecord``'s)."""
+        keys = [self.keys.session(name), self.keys.session_processes(name)]
+        return bool(self._set_process(keys=keys, args=[process_id, record_json]))
 
     def processes(self, name: str) -> list[ProcessRecord]:
         """The session's background processes as their keepers last recorded them, by start."""

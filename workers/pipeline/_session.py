@@ -80,8 +80,19 @@ class EnterSession:
             return True
 
         state.shell = ShellState(cwd=entered.cwd, env=entered.env, save=save)
+        def publish(process_id: str, record_json: str) -> bool:
+            try:
+                return self._store.set_process_json(name, process_id, record_json)
+            except redis.RedisError as exc:
+                log.warning("toolpool: could not record session %s's process: %s", name, exc)
+                return False
+
         state.session = SessionPlace(
-            name, self._host, session_host_folder(self._root, name), self._redis_env(state)
+            name,
+            self._host,
+            session_host_folder(self._root, name),
+            self._redis_env(state),
+            publish,
         )
         return proceed(state)
 

@@ -81,7 +81,15 @@ def _loopback_up() -> None:
         fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | _IFF_UP, b""))
 
 
-def _hold() -> None:
+# What the holder becomes once its namespace is made: a shell that keeps it (a Python would
+# hold 20 MiB for nothing) while the session's host folder exists, until SIGTERM.
+_KEEP = (
+    "trap 'kill $! 2>/dev/null; exit 0' TERM; "
+    'while [ -d "$1" ]; do sleep 30 & wait $!; done'
+)
+
+
+def _hold(marker: str) -> None:
     """The holder: a namespace of its own with the loopback up, until told to stop."""
     detach()
     try:
@@ -93,11 +101,10 @@ def _hold() -> None:
         failed(f"the session network could not be made: {exc}")
         return
     os.setsid()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     ready()
-    while True:
-        signal.pause()
+    # The same pid, and the marker still an argument of its own (``daemon_alive``).
+    os.execv("/bin/sh", ["sh", "-c", _KEEP, "toolpool-netns", marker])
 
 
 if __name__ == "__main__":
-    _hold()
+    _hold(sys.argv[1])

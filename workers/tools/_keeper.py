@@ -295,6 +295,12 @@ class Keeper:
 
     def _end(self, confinement: Confinement) -> None:
         status = self.status or 0
+        if not self.stop_reason:
+            # A limit often ends the command before a tick sees it (the kernel's OOM kill,
+            # SIGXCPU, the fork bomb's first bash ending): its counters still say which.
+            self.stop_reason = self._limit_reached(confinement) or _limit_signal(
+                status, confinement.settings
+            )
         update: dict[str, Any] = {"ended_at": time.time(), "output_bytes": self.written}
         if self.stop_reason:
             update.update(state="stopped", reason=self.stop_reason)
@@ -339,6 +345,26 @@ class Keeper:
                     log.warning("could not record the process in Redis: %s", exc)
                     return
                 time.sleep(1.0)
+
+
+def _limit_signal(status: int, settings: BashSettings) -> str:
+    """The per-process limit whose signal ended the command, as the reason; "" for none.
+    Through the sandbox the signal arrives as exit code 128 + its number."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+    else:
+        number = os.waitstatus_to_exitcode(status) - 128
+    if number == signal.SIGXCPU and settings.cpu_seconds:
+        return (
+            f"it reached the CPU time limit of {settings.cpu_seconds:g} s (killed by SIGXCPU; "
+            "TOOLPOOL_BASH_BACKGROUND_CPU_SECONDS)"
+        )
+    if number == signal.SIGXFSZ and settings.file_size_mb:
+        return (
+            f"it reached the file size limit of {settings.file_size_mb} MiB per file (killed "
+            "by SIGXFSZ; TOOLPOOL_BASH_FILE_SIZE_MB)"
+        )
+    return ""
 
 
 def _signal_name(number: int) -> str:

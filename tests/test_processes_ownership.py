@@ -8,6 +8,7 @@ tools refuse outside a session; and one session never sees or drives another's p
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -66,10 +67,8 @@ def _daemon_under(argv: list[str], root: Path) -> bool:
 
 
 def with_pid(pid: int, signum: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def processes() -> list[tuple[int, list[str]]]:
@@ -160,11 +159,12 @@ def test_a_process_outlives_the_worker_that_started_it_and_another_worker_drives
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
     marker = uuid.uuid4().hex
-    command = f"while read line; do echo \"heard-$line\"; done # {marker}"
+    command = f'while read line; do echo "heard-$line"; done # {marker}'
     with Executor(settings=settings, session="s") as executor:
         ok(one(executor, "process_start", command=command, wait=0))
         record = place.read_record(host_folder(settings, "s") / "p1")
-        assert record is not None and record[0].state == "running", record
+        assert record is not None
+        assert record[0].state == "running", record
         keeper = record[1]
         workers.kill(first)
         assert not first.alive()
@@ -238,7 +238,8 @@ def test_the_pool_stopping_stops_its_processes_and_records_why(
         with Executor(settings=settings, session="s") as executor:
             start_family(executor, marker)
         found = place.read_record(host_folder(settings, "s") / "p1")
-        assert found is not None and found[0].state == "running", found
+        assert found is not None
+        assert found[0].state == "running", found
         keeper = found[1]
         assert not gone(keeper)
     assert gone(keeper), "the keeper outlived its pool"
@@ -286,7 +287,8 @@ def test_two_sessions_processes_are_apart(
     ):
         ok(one(a, "process_start", command=f"echo {a_marker}; sleep 1000", wait=5))
         listed = ok(one(b, "process_list"))
-        assert "has no background processes" in listed and a_marker not in listed, listed
+        assert "has no background processes" in listed, listed
+        assert a_marker not in listed, listed
         for name, arguments in (
             ("process_output", {"process": "p1"}),
             ("process_input", {"process": "p1", "text": "hi"}),
@@ -297,11 +299,14 @@ def test_two_sessions_processes_are_apart(
             assert a_marker not in content, (name, content)
         ok(one(b, "process_start", command=f"echo {b_marker}; sleep 1000", wait=5))
         b_listed = ok(one(b, "process_list"))
-        assert b_marker in b_listed and a_marker not in b_listed, b_listed
+        assert b_marker in b_listed, b_listed
+        assert a_marker not in b_listed, b_listed
         b_read = ok(one(b, "process_output", process="p1"))
-        assert b_marker in b_read and a_marker not in b_read, b_read
+        assert b_marker in b_read, b_read
+        assert a_marker not in b_read, b_read
         ok(one(b, "process_stop", process="p1"))
         a_read = ok(one(a, "process_output", process="p1"))
-        assert "p1 is running" in a_read and a_marker in a_read, a_read
+        assert "p1 is running" in a_read, a_read
+        assert a_marker in a_read, a_read
         assert b_marker not in a_read, a_read
         ok(one(a, "process_stop", process="p1"))

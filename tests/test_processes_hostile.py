@@ -43,11 +43,10 @@ def no_daemon_outlives_the_test(tmp_path: Path) -> Iterator[None]:
 def session_of(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers, workers: int = 1, **bash: Any
 ) -> Settings:
-    """Settings of one host whose workers (started here) run bash sandboxed with ``bash``'s
-    limits, and a session "s" on it."""
-    settings = host_settings(
-        redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required", **bash)]
-    )
+    """Settings of one host whose workers (started here) run bash with ``bash``'s settings
+    (sandboxed unless they say otherwise), and a session "s" on it."""
+    bash.setdefault("sandbox", "required")
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(**bash)])
     make_workers(settings).start(workers)
     with Sessions(settings=settings) as sessions:
         sessions.create("s")
@@ -84,18 +83,20 @@ def no_process_named(marker: str) -> None:
     wait_for(lambda: not marked(marker), f"no process named {marker}", timeout=15)
 
 
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_a_fork_bomb_is_stopped_at_the_processes_limit_and_leaves_nothing(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, sandbox: str
 ) -> None:
-    """A background fork bomb meets the pids cgroup: the keeper stops it, naming the processes
-    limit, and none of its processes is left. Oracle: a record that says 'exited' (the
-    bomb's first bash ends at once) or names no limit, or a bomb process left in /proc."""
+    """A fork bomb whose command stays (a `sleep` after it) meets the pids cgroup: the keeper
+    stops it, naming the processes limit, and none of its processes is left. Oracle: a
+    record that names no limit, a process still running, or a bomb process left in /proc."""
     if find_cgroups().pids is None:
         pytest.skip(f"no pids cgroup is writable here: {find_cgroups().missing}")
-    settings = session_of(redis_url, tmp_path, make_workers, max_processes=40)
+    settings = session_of(redis_url, tmp_path, make_workers, sandbox=sandbox, max_processes=40)
     marker = uuid.uuid4().hex
+    bomb = f": {marker}; :(){{ :|:& }};:; exec -a sleep-{marker} sleep 1000"
     with Executor(settings=settings, session="s") as executor:
-        ok(one(executor, "process_start", command=f": {marker}; :(){{ :|:& }};:", wait=0))
+        ok(one(executor, "process_start", command=bomb, wait=0))
         data = ended(settings)
         assert data["state"] == "stopped", data
         assert "limit of 40 processes" in data["reason"], data
@@ -104,6 +105,29 @@ def test_a_fork_bomb_is_stopped_at_the_processes_limit_and_leaves_nothing(
         listed = ok(one(executor, "process_list"))
         assert "p1  stopped" in listed, listed
         assert "limit of 40 processes" in listed, listed
+
+
+@pytest.mark.parametrize("sandbox", ["required", "off"])
+def test_a_fork_bomb_whose_first_bash_ends_at_once_leaves_nothing(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, sandbox: str
+) -> None:
+    """The plain `:(){ :|:& };:` ends its own bash at once, leaving the bomb to run on: its
+    end ends the bomb too (the sandbox's PID namespace, or the cgroup), recorded either as
+    its exit or as the processes limit if a fork was refused first. Oracle: a bomb process
+    left in /proc, a process recorded as running, or a stop naming another reason."""
+    if find_cgroups().pids is None:
+        pytest.skip(f"no pids cgroup is writable here: {find_cgroups().missing}")
+    settings = session_of(redis_url, tmp_path, make_workers, sandbox=sandbox, max_processes=40)
+    marker = uuid.uuid4().hex
+    with Executor(settings=settings, session="s") as executor:
+        ok(one(executor, "process_start", command=f": {marker}; :(){{ :|:& }};:", wait=0))
+        data = ended(settings)
+        print(f"the plain fork bomb ended: {data['state']} {data['reason'] or data['exit_code']}")
+        if data["state"] == "stopped":
+            assert "limit of 40 processes" in data["reason"], data
+        else:
+            assert data["state"] == "exited", data
+        no_process_named(marker)
 
 
 @pytest.mark.parametrize(
@@ -192,8 +216,9 @@ def test_a_flood_of_output_is_stopped_at_the_kept_output_cap_which_it_fills_exac
         assert f"output bytes {_MIB - 100}-{_MIB} of {_MIB}" in tail, tail
 
 
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_a_memory_hog_is_stopped_at_the_memory_limit(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, sandbox: str
 ) -> None:
     """A process allocating past TOOLPOOL_BASH_MEMORY_MB is killed by the kernel in its
     memory cgroup, and its record says 'stopped' naming the memory limit. Oracle: 'exited'
@@ -202,7 +227,7 @@ def test_a_memory_hog_is_stopped_at_the_memory_limit(
     if found.memory is None:
         print(f"skipped: no memory cgroup is writable here: {found.missing}")
         pytest.skip(f"no memory cgroup is writable here: {found.missing}")
-    settings = session_of(redis_url, tmp_path, make_workers, memory_mb=64)
+    settings = session_of(redis_url, tmp_path, make_workers, sandbox=sandbox, memory_mb=64)
     marker = uuid.uuid4().hex
     hog = (
         "python3 -c 'import time\n"
@@ -220,13 +245,16 @@ def test_a_memory_hog_is_stopped_at_the_memory_limit(
         no_process_named(marker)
 
 
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_a_busy_loop_is_stopped_at_the_cpu_time_limit(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, sandbox: str
 ) -> None:
     """A busy loop past TOOLPOOL_BASH_BACKGROUND_CPU_SECONDS is stopped naming the CPU limit.
     Oracle: the loop running on (the test times out), ending as 'exited' (killed by SIGXCPU
     with no limit named), or a reason naming another limit."""
-    settings = session_of(redis_url, tmp_path, make_workers, background_cpu_seconds=2)
+    settings = session_of(
+        redis_url, tmp_path, make_workers, sandbox=sandbox, background_cpu_seconds=2
+    )
     marker = uuid.uuid4().hex
     with Executor(settings=settings, session="s") as executor:
         ok(one(executor, "process_start", command=f": {marker}; while :; do :; done", wait=0))

@@ -181,13 +181,16 @@ def test_a_process_outlives_the_worker_that_started_it_and_another_worker_drives
         ok(one(executor, "process_stop", process="p1"))
 
 
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_deleting_the_session_stops_the_process_and_all_it_started(
-    settings: Settings, make_workers: MakeWorkers, client: redis.Redis
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, client: redis.Redis, sandbox: str
 ) -> None:
     """Sessions.delete ends the process and every process it started (in the background, in
     its own session, double-forked, ignoring SIGTERM), removes the session's host folder and
-    its processes' hash in Redis. Oracle: a leftover process named by the marker in /proc, the
+    its processes' hash in Redis; in the sandbox (its PID namespace ends them) and without it
+    (its cgroup finds them). Oracle: a leftover process named by the marker in /proc, the
     folder on disk, or the hash in Redis."""
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox=sandbox)])
     make_workers(settings).start(1)
     marker = uuid.uuid4().hex
     with Sessions(settings=settings) as sessions:
@@ -310,3 +313,34 @@ def test_two_sessions_processes_are_apart(
         assert a_marker in a_read, a_read
         assert b_marker not in a_read, a_read
         ok(one(a, "process_stop", process="p1"))
+
+
+@pytest.mark.parametrize("sandbox", ["required", "off"])
+def test_a_process_whose_keeper_is_killed_dies_with_it_and_is_listed_lost(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, client: redis.Redis, sandbox: str
+) -> None:
+    """SIGKILL a keeper (the kernel's OOM killer, an operator): the tools list its process as
+    'lost' and nothing it started is left once they did (in the sandbox it ends with its
+    keeper; without it, the worker that finds it lost kills what is left in its cgroups);
+    the session's delete leaves nothing. Oracle: a process named by the marker alive after
+    the listing (nothing would ever stop it: no keeper to ask, no record that runs), or a
+    record still 'running'."""
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox=sandbox)])
+    make_workers(settings).start(1)
+    marker = uuid.uuid4().hex
+    with Sessions(settings=settings) as sessions:
+        sessions.create("s")
+        with Executor(settings=settings, session="s") as executor:
+            start_family(executor, marker)
+            found = place.read_record(host_folder(settings, "s") / "p1")
+            assert found is not None
+            with_pid(found[1], signal.SIGKILL)
+            wait_for(lambda: gone(found[1]), "the keeper to die")
+            listed = ok(one(executor, "process_list"))
+            assert "p1  lost" in listed, listed
+            wait_for(lambda: not marked(marker), f"no process named {marker}", timeout=15)
+            again = ok(one(executor, "process_list"))
+            assert "p1  lost" in again, again
+            print(again)
+        assert sessions.delete("s")
+    assert_all_gone(settings, client, "s", marker)

@@ -85,6 +85,9 @@ class Keeper:
         self.selector = selectors.DefaultSelector()
         self.output = open(folder / place.OUTPUT, "ab", buffering=0)  # noqa: SIM115
         self._store: SessionStore | None = None
+        # The command's cgroups, in state.json while it runs: if this keeper dies unrecorded,
+        # a worker kills what is left in them (``_table.settle_lost``).
+        self.cgroups: list[str] = []
 
     # -- start ---------------------------------------------------------------------------
 
@@ -99,6 +102,7 @@ class Keeper:
             spec.get("join_network") or [],
         )
         argv = [*confinement.argv(Path(spec["cwd"])), *spec["argv_tail"]]
+        self.cgroups = [] if confinement.cgroup is None else confinement.cgroup.procs_files
         env = {**spec["env"], **confinement.env, "TERM": "dumb"}
         fifo = self.folder / place.STDIN
         os.mkfifo(fifo, 0o600)
@@ -316,6 +320,7 @@ class Keeper:
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
         confinement.close()
+        self.cgroups = []
         self.record = self.record.model_copy(update=update)
         self.save()
         self.publish()
@@ -328,6 +333,7 @@ class Keeper:
         self.record = self.record.model_copy(update={"output_bytes": self.written})
         data = self.record.model_dump()
         data["keeper_pid"] = os.getpid()
+        data[place.CGROUPS] = self.cgroups
         place.write_json(self.folder / place.STATE, data)
 
     def publish(self) -> None:

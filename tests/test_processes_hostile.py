@@ -171,15 +171,22 @@ def test_a_process_that_closes_its_output_keeps_running_until_stopped(
             ' print("ready"); time.sleep(1000)\' {m}',
             id="python",
         ),
+        pytest.param(
+            "trap '' TERM; setsid bash -c \"trap '' TERM; exec -a sleep-{m} sleep 1000\" & "
+            "echo ready; exec -a wait-{m} sleep 1000",
+            id="setsid-child",
+        ),
     ],
 )
+@pytest.mark.parametrize("sandbox", ["required", "off"])
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(
-    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, command: str
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers, command: str, sandbox: str
 ) -> None:
     """process_stop's SIGTERM is ignored; SIGKILL follows after the grace and the process is
     'stopped', killed by SIGKILL. Oracle: a stop that returns with the process still running,
-    or a process named by the marker left alive."""
-    settings = session_of(redis_url, tmp_path, make_workers)
+    or a process named by the marker left alive (a child in a session of its own, outside
+    the process group, included)."""
+    settings = session_of(redis_url, tmp_path, make_workers, sandbox=sandbox)
     marker = uuid.uuid4().hex
     with Executor(settings=settings, session="s") as executor:
         started = ok(one(executor, "process_start", command=command.format(m=marker), wait=10))

@@ -9,6 +9,7 @@ nothing running; the worker serving it stays alive.
 from __future__ import annotations
 
 import itertools
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,3 +320,74 @@ def test_a_thousand_start_calls_run_exactly_the_cap_and_answer_every_other(
     assert worker.alive(), worker.diagnosis()
     no_process_named(marker)
     assert not host_folder(settings, "s").exists()
+
+
+def _preload_library(settings: Settings, flag: Path) -> None:
+    """Put a library in the session's folder that appends a line to ``flag`` in every process
+    that loads it; ``flag`` lies outside the sandbox's sight (its /tmp is its own), so the
+    line appears only where the library ran outside the sandbox."""
+    source = (
+        "#include <stdio.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void escaped(void) {\n"
+        f'  FILE *out = fopen("{flag}", "a");\n'
+        '  if (out) { fprintf(out, "pid %d\\n", (int)getpid()); fclose(out); }\n'
+        "}\n"
+    )
+    (Path(settings.worker.sessions_root or "") / "s" / "escape.c").write_text(source)
+
+
+def _export_preload(executor: Executor) -> None:
+    """Build the library in the sandbox and export LD_PRELOAD, kept as the session's state."""
+    built = ok(
+        one(
+            executor,
+            "bash",
+            command="gcc -shared -fPIC -o escape.so escape.c && export LD_PRELOAD=$PWD/escape.so",
+        )
+    )
+    assert "exit code: 0" in built, built
+
+
+def test_a_preload_exported_in_the_session_never_runs_outside_the_sandbox(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> None:
+    """A session exports LD_PRELOAD naming a library of its folder; process_start then runs
+    the launcher, nsenter and bubblewrap (outside the sandbox, as the worker: root here)
+    without it, and the command inside still gets it. Oracle: a line in the flag file (the
+    library ran outside the sandbox: a sandbox escape), or the variable missing inside."""
+    if shutil.which("gcc") is None:
+        print("skipped: no gcc to build the preloaded library")
+        pytest.skip("no gcc to build the preloaded library")
+    settings = session_of(redis_url, tmp_path, make_workers)
+    flag = tmp_path / "escaped"
+    _preload_library(settings, flag)
+    with Executor(settings=settings, session="s") as executor:
+        _export_preload(executor)
+        started = ok(
+            one(executor, "process_start", command='echo "inside=$LD_PRELOAD"; sleep 1', wait=5)
+        )
+        assert "inside=/" in started, started
+        assert "escape.so" in started, started
+        ended(settings)
+    assert not flag.exists(), f"the session's library ran outside the sandbox: {flag.read_text()}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bash (workers/tools/shell.py, not in this branch's files) still starts its "
+    "launcher with the session's LD_PRELOAD: it must use Confinement.argv(..., env=) and "
+    "outside_env(env) as the keeper does",
+)
+def test_a_preload_exported_in_the_session_never_runs_outside_bashs_sandbox(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> None:
+    """As above, for the session's next bash command. Oracle: a line in the flag file."""
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc to build the preloaded library")
+    settings = session_of(redis_url, tmp_path, make_workers)
+    flag = tmp_path / "escaped"
+    _preload_library(settings, flag)
+    with Executor(settings=settings, session="s") as executor:
+        _export_preload(executor)
+        ok(one(executor, "bash", command="true"))
+    assert not flag.exists(), f"the session's library ran outside the sandbox: {flag.read_text()}"

@@ -101,9 +101,11 @@ class Keeper:
             tuple(Path(p) for p in spec["worker_folders"]),
             spec.get("join_network") or [],
         )
-        argv = [*confinement.argv(Path(spec["cwd"])), *spec["argv_tail"]]
-        self.cgroups = [] if confinement.cgroup is None else confinement.cgroup.procs_files
         env = {**spec["env"], **confinement.env, "TERM": "dumb"}
+        # The session's variables reach the command in the sandbox, never what starts it.
+        argv = [*confinement.argv(Path(spec["cwd"]), env=env), *spec["argv_tail"]]
+        env = confinement.outside_env(env)
+        self.cgroups = [] if confinement.cgroup is None else confinement.cgroup.procs_files
         fifo = self.folder / place.STDIN
         os.mkfifo(fifo, 0o600)
         self.stdin = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -299,7 +300,9 @@ def test_a_thousand_start_calls_run_exactly_the_cap_and_answer_every_other(
                     )
                     for n in range(250)
                 ]
+                began = time.monotonic()
                 results += executor.run(calls, timeout=600)
+                print(f"turn {turn}: 250 process_start calls in {time.monotonic() - began:.1f} s")
         assert worker.alive(), worker.diagnosis()
         assert len(results) == 1000
         assert len({r.call_id for r in results}) == 1000

@@ -2,7 +2,8 @@
 
 Everything goes through the files of the session's host folder (``_place``), so any worker of
 the host drives a process another worker started. A record that says "running" whose keeper
-is gone is shown as ``lost``.
+is gone is settled as ``lost`` by the first worker that finds it: what the command left in its
+cgroups is killed, since no keeper is left to do it.
 """
 
 from __future__ import annotations

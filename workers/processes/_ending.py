@@ -19,7 +19,7 @@ from workers.processes import _place as place
 from workers.processes._daemon import KEEPER_OF, NETNS_OF, POOL_MARK
 from workers.processes._netns import stop_holder
 from workers.processes._place import STOP_GRACE
-from workers.processes._table import ask_stop
+from workers.processes._table import ask_stop, entry_of
 
 # Beyond the grace: time for a keeper to kill, drain and record.
 _RECORD_S = 5.0
@@ -38,6 +38,8 @@ def end_session(sessions_root: Path, name: str, reason: str) -> int:
             ask_stop(process, found[1], reason)
             keepers.append((found[1], str(process)))
     _wait_gone(keepers)
+    for process in place.process_folders(folder):
+        entry_of(process)  # a keeper that died (or was killed just now): kill what it left
     stop_holder(folder)
     shutil.rmtree(folder, ignore_errors=True)
     return len(keepers)
@@ -57,6 +59,8 @@ def end_pool(pool_id: str, reason: str) -> int:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGTERM)
     _wait_gone(keepers)
+    for _, folder in keepers:
+        entry_of(Path(folder))  # a keeper killed past the wait: kill what it left
     return len(keepers)
 
 

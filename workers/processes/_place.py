@@ -7,7 +7,8 @@ command's sight (the sandbox hides the sessions root but for the session's own f
         netns.pid                               the holder of its network namespace
         p1/ p2/ ...                             one folder per background process
             spec.json   what to run (written once by the worker that starts it)
-            state.json  its ProcessRecord and its keeper's pid (rewritten whole, by rename)
+            state.json  its ProcessRecord, its keeper's pid and, while it runs, its
+                        cgroups (rewritten whole, by rename)
             output      what it wrote to its terminal, as written
             stdin       a FIFO: what a worker writes here, the keeper types into the terminal
             stop        why it is being stopped (written before the keeper is signalled)
@@ -38,6 +39,8 @@ SPEC, STATE, OUTPUT, STDIN, STOP, LOG = (
     "keeper.log",
 )
 NETNS_PID = "netns.pid"
+# The key of state.json that lists the command's cgroup.procs files while it runs.
+CGROUPS = "cgroups"
 # Seconds a process's command gets between SIGTERM and SIGKILL when it is stopped.
 STOP_GRACE = 2.0
 

@@ -11,9 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 _SANDBOX = "bwrap"
+# How per-call cgroups are named (``workers.tools._cgroup._PREFIX``; the tools' modules are
+# above this package's layer); only these are ever emptied here.
+_CALL_CGROUP = "toolpool-call-"
+# How long the kernel gets to move killed processes out of their cgroup.
+_EMPTY_WAIT = 2.0
 
 
 def group_members(pgid: int) -> list[int]:
@@ -50,3 +56,32 @@ def _is_sandbox(pid: int) -> bool:
         return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == _SANDBOX
     except OSError:
         return False
+
+
+def kill_left_in(procs_files: list[str]) -> int:
+    """SIGKILL what is left in the per-call cgroups whose ``cgroup.procs`` files these are,
+    and remove them: for a command whose keeper died without doing it. Files of any other
+    cgroup are left alone. How many processes were killed."""
+    folders = [
+        Path(path).parent
+        for path in procs_files
+        if Path(path).name == "cgroup.procs" and Path(path).parent.name.startswith(_CALL_CGROUP)
+    ]
+    killed: set[int] = set()
+    end = time.monotonic() + _EMPTY_WAIT
+    while folders and time.monotonic() < end:
+        left: set[int] = set()
+        for folder in folders:
+            with contextlib.suppress(OSError, ValueError):
+                left.update(int(line) for line in (folder / "cgroup.procs").read_text().split())
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= left
+        time.sleep(0.01)  # the kernel removes an exiting process from its cgroup shortly
+    for folder in dict.fromkeys(folders):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    return len(killed)

@@ -2,7 +2,8 @@
 
 Everything goes through the files of the session's host folder (``_place``), so any worker of
 the host drives a process another worker started. A record that says "running" whose keeper
-is gone is shown as ``lost``.
+is gone is settled as ``lost`` by the first worker that finds it: what the command left in its
+cgroups is killed, since no keeper is left to do it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from executor.wire import ProcessRecord
 from workers.processes import _place as place
 from workers.processes._daemon import KEEPER_OF, daemon_env, start_daemon
 from workers.processes._place import STOP_GRACE
-from workers.processes._signals import signal_members
+from workers.processes._signals import kill_left_in, signal_members
 
 # Finished processes kept (their records and output) beyond the running ones.
 KEEP_FINISHED = 32
@@ -206,10 +207,31 @@ def _entry(folder: Path) -> Entry | None:
             return None
         record, keeper = found
         if record.state in ("starting", "running"):
-            record = record.model_copy(
-                update={"state": "lost", "reason": "its keeper process ended without a record"}
-            )
+            record = settle_lost(folder, record, keeper)
     return Entry(folder, record, keeper)
+
+
+def entry_of(folder: Path) -> Entry | None:
+    """The process in ``folder`` as found now (one whose keeper died is settled as lost)."""
+    return _entry(folder)
+
+
+def settle_lost(folder: Path, record: ProcessRecord, keeper: int) -> ProcessRecord:
+    """Record as lost a process whose keeper died without recording its end, and kill what
+    its command left in its cgroups: nothing else would ever stop those (without the sandbox,
+    the keeper's death does not end them; in it, the empty cgroups are removed)."""
+    data = place.read_json(folder / place.STATE) or {}
+    files = data.get(place.CGROUPS)
+    killed = kill_left_in([str(f) for f in files]) if isinstance(files, list) else 0
+    reason = "its keeper process ended without a record"
+    if killed:
+        reason += f"; the {killed} process(es) it left running were killed"
+    lost = record.model_copy(update={"state": "lost", "reason": reason, "ended_at": time.time()})
+    with contextlib.suppress(OSError):
+        place.write_json(
+            folder / place.STATE, {**lost.model_dump(), "keeper_pid": keeper, place.CGROUPS: []}
+        )
+    return lost
 
 
 def _valid(name: str) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,27 @@ _LAUNCHER = (
     'exec "$@"'
 )
 LAUNCH_FAILED = 125
+# Variables that make a program load code or data of the caller's choosing (glibc's list of
+# those it drops for a setuid program, and every LD_ one): a session may export them, so
+# they never reach the launcher, nsenter or bubblewrap, which run outside the sandbox as
+# the worker; the sandbox sets them again for the command (``outside_env``).
+_UNSAFE_OUTSIDE = frozenset(
+    {
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TMPDIR",
+        "TZDIR",
+    }
+)
 _MIB = 1024 * 1024
 # What a program prints when an allocation fails under an address-space limit.
 _NO_MEMORY = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
@@ -101,8 +123,15 @@ class Confinement:
     def sandboxed(self) -> bool:
         return self.bwrap is not None
 
-    def argv(self, cwd: Path, read_only_files: tuple[Path, ...] = ()) -> list[str]:
-        """What comes before ``bash -c COMMAND`` for a command starting in ``cwd``."""
+    def argv(
+        self,
+        cwd: Path,
+        read_only_files: tuple[Path, ...] = (),
+        env: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """What comes before ``bash -c COMMAND`` for a command starting in ``cwd``. ``env``:
+        the command's environment, whose variables ``outside_env`` leaves out are set again
+        inside the sandbox; run the result with ``outside_env(env)``."""
         if self.bwrap is None:
             return list(self.launcher)
         spec = SandboxSpec(
@@ -112,7 +141,25 @@ class Confinement:
             tmp_bytes=self.settings.tmp_mb * _MIB,
             read_only_files=read_only_files,
         )
-        return [*self.launcher, *self.join_network, *bwrap_argv(self.bwrap, spec, cwd)]
+        sandbox = bwrap_argv(self.bwrap, spec, cwd)
+        given = env or {}
+        # Before bubblewrap's closing "--": only the command's own process gets them.
+        sandbox[-1:-1] = [
+            word
+            for name in given
+            if _unsafe_outside(name)
+            for word in ("--setenv", name, given[name])
+        ]
+        return [*self.launcher, *self.join_network, *sandbox]
+
+    def outside_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The environment to start ``argv(..., env)`` with: in the sandbox, ``env`` without
+        the variables that would run the session's code in the launcher, nsenter or
+        bubblewrap (outside the sandbox, as the worker); those are set inside it instead.
+        Unconfined, ``env`` as it is: nothing there is apart from the worker."""
+        if self.bwrap is None:
+            return dict(env)
+        return {name: value for name, value in env.items() if not _unsafe_outside(name)}
 
     def start_failure(self, returncode: int, stderr: str) -> str | None:
         """Why the command never ran (the launcher or the sandbox failed), or None."""
@@ -181,6 +228,10 @@ def hidden_paths(
     """What a command in ``workspace`` must not see: the configured list, and this worker's
     other places (the pool workspace, the sessions root), unless one is the workspace."""
     return _hidden_paths(settings.hide, workspace, worker_folders)
+
+
+def _unsafe_outside(name: str) -> bool:
+    return name.startswith("LD_") or name in _UNSAFE_OUTSIDE
 
 
 def _call_cgroup(cgroups: Cgroups, settings: BashSettings, track: bool) -> CallCgroup | None:

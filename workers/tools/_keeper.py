@@ -85,6 +85,9 @@ class Keeper:
         self.selector = selectors.DefaultSelector()
         self.output = open(folder / place.OUTPUT, "ab", buffering=0)  # noqa: SIM115
         self._store: SessionStore | None = None
+        # The command's cgroups, in state.json while it runs: if this keeper dies unrecorded,
+        # a worker kills what is left in them (``_table.settle_lost``).
+        self.cgroups: list[str] = []
 
     # -- start ---------------------------------------------------------------------------
 
@@ -98,8 +101,11 @@ class Keeper:
             tuple(Path(p) for p in spec["worker_folders"]),
             spec.get("join_network") or [],
         )
-        argv = [*confinement.argv(Path(spec["cwd"])), *spec["argv_tail"]]
         env = {**spec["env"], **confinement.env, "TERM": "dumb"}
+        # The session's variables reach the command in the sandbox, never what starts it.
+        argv = [*confinement.argv(Path(spec["cwd"]), env=env), *spec["argv_tail"]]
+        env = confinement.outside_env(env)
+        self.cgroups = [] if confinement.cgroup is None else confinement.cgroup.procs_files
         fifo = self.folder / place.STDIN
         os.mkfifo(fifo, 0o600)
         self.stdin = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
@@ -298,6 +304,12 @@ class Keeper:
 
     def _end(self, confinement: Confinement) -> None:
         status = self.status or 0
+        if not self.stop_reason:
+            # A limit often ends the command before a tick sees it (the kernel's OOM kill,
+            # SIGXCPU, the fork bomb's first bash ending): its counters still say which.
+            self.stop_reason = self._limit_reached(confinement) or _limit_signal(
+                status, confinement.settings
+            )
         update: dict[str, Any] = {"ended_at": time.time(), "output_bytes": self.written}
         if self.stop_reason:
             update.update(state="stopped", reason=self.stop_reason)
@@ -313,6 +325,7 @@ class Keeper:
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGKILL)
         confinement.close()
+        self.cgroups = []
         self.record = self.record.model_copy(update=update)
         self.save()
         self.publish()
@@ -325,6 +338,7 @@ class Keeper:
         self.record = self.record.model_copy(update={"output_bytes": self.written})
         data = self.record.model_dump()
         data["keeper_pid"] = os.getpid()
+        data[place.CGROUPS] = self.cgroups
         place.write_json(self.folder / place.STATE, data)
 
     def publish(self, tries: int = _RECORD_TRIES) -> bool:
@@ -344,6 +358,26 @@ class Keeper:
                     return False
                 time.sleep(1.0)
         return False
+
+
+def _limit_signal(status: int, settings: BashSettings) -> str:
+    """The per-process limit whose signal ended the command, as the reason; "" for none.
+    Through the sandbox the signal arrives as exit code 128 + its number."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+    else:
+        number = os.waitstatus_to_exitcode(status) - 128
+    if number == signal.SIGXCPU and settings.cpu_seconds:
+        return (
+            f"it reached the CPU time limit of {settings.cpu_seconds:g} s (killed by SIGXCPU; "
+            "TOOLPOOL_BASH_BACKGROUND_CPU_SECONDS)"
+        )
+    if number == signal.SIGXFSZ and settings.file_size_mb:
+        return (
+            f"it reached the file size limit of {settings.file_size_mb} MiB per file (killed "
+            "by SIGXFSZ; TOOLPOOL_BASH_FILE_SIZE_MB)"
+        )
+    return ""
 
 
 def _signal_name(number: int) -> str:

@@ -375,12 +375,6 @@ def test_a_preload_exported_in_the_session_never_runs_outside_the_sandbox(
     assert not flag.exists(), f"the session's library ran outside the sandbox: {flag.read_text()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bash (workers/tools/shell.py, not in this branch's files) still starts its "
-    "launcher with the session's LD_PRELOAD: it must use Confinement.argv(..., env=) and "
-    "outside_env(env) as the keeper does",
-)
 def test_a_preload_exported_in_the_session_never_runs_outside_bashs_sandbox(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers
 ) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import secrets
 import signal
 import time
 from dataclasses import dataclass
@@ -214,7 +215,8 @@ class CallCgroup:
         command's processes, to kill those that leave its process group."""
         self._cgroups = cgroups
         self.limits = limits
-        name = f"{_PREFIX}{os.getpid()}-{next(_counter)}"
+        # The random part: a cgroup left by an earlier process of the same (reused) pid.
+        name = f"{_PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
         self._dirs: dict[str, Path] = {}
         try:
             for controller in self.needed(cgroups, limits, track):

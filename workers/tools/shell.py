@@ -112,10 +112,10 @@ def bash(
         env.update(confinement.env)
         if ctx.shell is None:
             run = ShellRun.start(
-                [*confinement.argv(root), executable, "-c", command],
+                [*confinement.argv(root, env=env), executable, "-c", command],
                 root,
                 cap,
-                env,
+                confinement.outside_env(env),
                 confinement=confinement,
             )
             try:
@@ -123,9 +123,16 @@ def bash(
             finally:
                 run.close()
         with SessionShell(ctx, ctx.shell, env) as shell:
-            argv = [*confinement.argv(shell.cwd, (shell.startup,)), executable, "-c", command]
+            # A loader variable the session exported (LD_PRELOAD) must not run its code in the
+            # launcher or the sandbox, outside the sandbox: it is set inside instead.
+            prefix = confinement.argv(shell.cwd, (shell.startup,), env=shell.env)
             run = ShellRun.start(
-                argv, shell.cwd, cap, shell.env, pass_fds=(shell.fd,), confinement=confinement
+                [*prefix, executable, "-c", command],
+                shell.cwd,
+                cap,
+                confinement.outside_env(shell.env),
+                pass_fds=(shell.fd,),
+                confinement=confinement,
             )
             run.notes.extend(shell.notes)
             try:

@@ -413,7 +413,7 @@ def test_in_a_browser_a_sessions_background_process_shows_running_then_stopped(
         assert text(f"{row} td.ending").startswith("pid "), text(row)
         assert int(text(f"{row} td.ending").removeprefix("pid ")) > 0, text(row)
         assert text(f"{row} td.command") == "echo up; exec sleep 600"
-        assert text(f"{row} td.output") == ""  # not known while it runs
+        assert text(f"{row} td.output") == "4 B"  # "up\r\n", as recorded at its start
         background = '#sessions tr[data-session="web"] td.background'
         assert text(background) == "1 running, 0 ended"
         _screenshot(browser, "dashboard-processes.png")

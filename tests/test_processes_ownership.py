@@ -326,7 +326,7 @@ def test_a_process_whose_keeper_is_killed_dies_with_it_and_is_listed_lost(
     keeper; without it, the worker that finds it lost kills what is left in its cgroups);
     the session's delete leaves nothing. Oracle: a process named by the marker alive after
     the listing (nothing would ever stop it: no keeper to ask, no record that runs), or a
-    record still 'running'."""
+    record still 'running', on the host's disk or in Redis."""
     settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox=sandbox)])
     make_workers(settings).start(1)
     marker = uuid.uuid4().hex
@@ -343,6 +343,9 @@ def test_a_process_whose_keeper_is_killed_dies_with_it_and_is_listed_lost(
             wait_for(lambda: not marked(marker), f"no process named {marker}", timeout=15)
             again = ok(one(executor, "process_list"))
             assert "p1  lost" in again, again
-            print(again)
+            # What the listing found is what everyone sees: no record says "running" still.
+            [record] = sessions.processes("s")
+            assert (record.id, record.state) == ("p1", "lost"), record
+            assert record.reason.startswith("its keeper process ended without a record")
         assert sessions.delete("s")
     assert_all_gone(settings, client, "s", marker)

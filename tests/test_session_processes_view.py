@@ -101,7 +101,7 @@ def test_a_running_process_and_its_stop_show_in_the_api_and_the_cli(
             assert (state, how, size, command) == (
                 "running",
                 f"pid {p1.pid}",
-                "-",  # counted at its end
+                f"{p1.output_bytes} B",  # as recorded at its start
                 "echo ready; exec sleep 600",
             )
             assert re.fullmatch(r"\d+ s", age), age
@@ -110,7 +110,7 @@ def test_a_running_process_and_its_stop_show_in_the_api_and_the_cli(
             assert (cells[5][-1], len(cells[5])) == ("…", 60), cells  # shortened
             whole = json.loads(_cli(settings, "session", "show", "s", "--json").output)
             assert [p["command"] for p in whole["processes"]] == [p1.command, LONG]
-            assert whole["processes"][0]["output_bytes"] is None
+            assert whole["processes"][0]["output_bytes"] == p1.output_bytes >= len("ready\n")
             listed = _cli(settings, "session", "list").output
             assert _session_row(listed, "s")["PROCS"] == "1", listed
             assert _session_row(listed, "idle")["PROCS"] == "0", listed

@@ -177,8 +177,8 @@ def _processes_shown(records: list[ProcessRecord]) -> list[str]:
                 record.state,
                 _duration(record.age_s),
                 f"pid {record.pid}" if running else record.ending(),
-                # Its keeper records the size at its end only: while it runs, it is unknown here.
-                "-" if running else _size(record.output_bytes),
+                # While it runs: as of the session's last process call or the host's last sweep.
+                _size(record.output_bytes),
                 _short(record.command),
             )
         )
@@ -189,8 +189,6 @@ def _process_json(record: ProcessRecord) -> dict[str, object]:
     shown: dict[str, object] = record.model_dump()
     shown["age_s"] = round(record.age_s, 3)
     shown["ending"] = record.ending()
-    if record.state in ("starting", "running"):
-        shown["output_bytes"] = None  # counted at its end only (see _processes_shown)
     return shown
 
 

@@ -183,7 +183,6 @@ class Feed:
 
 def _process_row(record: ProcessRecord) -> dict[str, Any]:
     """A process as the page shows it; its age from this clock, not the browser's."""
-    running = record.state in ("starting", "running")
     return {
         "session": record.session,
         "id": record.id,
@@ -192,8 +191,8 @@ def _process_row(record: ProcessRecord) -> dict[str, Any]:
         "pid": record.pid,
         "age_s": round(record.age_s, 1),
         "ending": record.ending(),
-        # Its keeper records the size at its end only: unknown while it runs.
-        "output_bytes": None if running else record.output_bytes,
+        # While it runs: as of the session's last process call or the host's last sweep.
+        "output_bytes": record.output_bytes,
         "command": record.command,
     }
 

@@ -80,6 +80,7 @@ class EnterSession:
             return True
 
         state.shell = ShellState(cwd=entered.cwd, env=entered.env, save=save)
+
         def publish(process_id: str, record_json: str) -> bool:
             try:
                 return self._store.set_process_json(name, process_id, record_json)

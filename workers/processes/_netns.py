@@ -83,10 +83,7 @@ def _loopback_up() -> None:
 
 # What the holder becomes once its namespace is made: a shell that keeps it (a Python would
 # hold 20 MiB for nothing) while the session's host folder exists, until SIGTERM.
-_KEEP = (
-    "trap 'kill $! 2>/dev/null; exit 0' TERM; "
-    'while [ -d "$1" ]; do sleep 30 & wait $!; done'
-)
+_KEEP = "trap 'kill $! 2>/dev/null; exit 0' TERM; while [ -d \"$1\" ]; do sleep 30 & wait $!; done"
 
 
 def _hold(marker: str) -> None:

@@ -25,9 +25,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from executor.wire import ProcessRecord
+if TYPE_CHECKING:
+    from executor.wire import ProcessRecord
 
 HOST_STATE = ".toolpool-host"
 SPEC, STATE, OUTPUT, STDIN, STOP, LOG = (
@@ -112,6 +113,9 @@ def daemon_alive(pid: int, marker: str) -> bool:
 
 def read_record(folder: Path) -> tuple[ProcessRecord, int] | None:
     """A process's record and its keeper's pid, as the keeper last wrote them."""
+    # Here, not at the top: a keeper writes records as plain data and never loads pydantic.
+    from executor.wire import ProcessRecord
+
     data = read_json(folder / STATE)
     if data is None:
         return None

@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,16 +81,16 @@ class ProcessTable:
             )
         return cls(ctx.session)
 
+    def publish(self, *entries: Entry) -> None:
+        """Keep these processes' records, as found now, where every process sees them."""
+        for entry in entries:
+            publish_entry(entry, self.session.publish)
+
     # -- finding -------------------------------------------------------------------------
 
     def all(self) -> list[Entry]:
         """Every process of the session this host keeps, oldest first."""
-        found = []
-        for folder in place.process_folders(self.folder):
-            entry = _entry(folder)
-            if entry is not None:
-                found.append(entry)
-        return found
+        return host_entries(self.folder)
 
     def get(self, process: str) -> Entry:
         """The process ``process`` (``p3`` or ``3``); ``ToolError`` naming the session's."""
@@ -175,6 +176,18 @@ class ProcessTable:
             return entry
         ask_stop(entry.folder, entry.keeper, reason, grace)
         return wait_ended(entry, grace + 5.0)
+
+
+def publish_entry(entry: Entry, publish: Callable[[str, str], bool]) -> bool:
+    """Hand ``entry``'s record, with its output counted now, to ``publish(id, json)``."""
+    record = entry.record.model_copy(update={"output_bytes": entry.output_size})
+    return publish(record.id, record.model_dump_json())
+
+
+def host_entries(host_folder: Path) -> list[Entry]:
+    """Every process a session keeps in ``host_folder`` (one whose keeper died settled)."""
+    found = [_entry(folder) for folder in place.process_folders(host_folder)]
+    return [entry for entry in found if entry is not None]
 
 
 def ask_stop(folder: Path, keeper: int, reason: str, grace: float = STOP_GRACE) -> None:

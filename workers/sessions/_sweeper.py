@@ -16,6 +16,8 @@ from pathlib import Path
 import redis
 
 from executor.wire import DELETING, READY, Keys, SessionStore
+from workers.processes._place import session_host_folder
+from workers.processes._table import host_entries, publish_entry
 from workers.sessions._admin import remove
 from workers.sessions._folders import folder_size
 
@@ -60,6 +62,16 @@ class SessionSweeper:
             except redis.RedisError as exc:
                 log.warning("toolpool: session sweep skipped: %s", exc)
 
+    def _refresh_processes(self, name: str) -> None:
+        """Bring the session's process records in Redis up to what this host's disk says:
+        output sizes, ends the keepers could not record, keepers that died (lost)."""
+
+        def publish(process_id: str, record_json: str) -> bool:
+            return self._store.set_process_json(name, process_id, record_json)
+
+        for entry in host_entries(session_host_folder(self._root, name)):
+            publish_entry(entry, publish)
+
     def sweep(self) -> list[str]:
         """One pass over this host's sessions; returns the names of those it expired."""
         expired = []
@@ -78,4 +90,5 @@ class SessionSweeper:
                 continue
             if info.size_at is None or (info.last_used > info.size_at):
                 self._store.set_size(info.name, folder_size(self._root / info.name))
+            self._refresh_processes(info.name)
         return expired

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import selectors
@@ -34,11 +35,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from executor import Settings, ToolError
-from executor._connect import STANDARD, connect
-from executor.wire import Keys, ProcessRecord, SessionStore
+from executor import ToolError
 from workers.processes import _place as place
 from workers.processes._daemon import detach, failed, ready
 from workers.processes._place import STOP_GRACE
@@ -68,13 +65,22 @@ class Keeper:
         self.folder = folder
         self.spec = spec
         self.cap = int(spec["output_cap"])
-        self.record = ProcessRecord(
-            id=spec["id"],
-            session=spec["session"],
-            command=spec["command"],
-            host=spec.get("host", ""),
-            state="starting",
-        )
+        # A ProcessRecord's fields as plain data: the keeper imports neither pydantic nor
+        # redis-py until its end (they would double its start time and triple its memory).
+        self.record: dict[str, Any] = {
+            "id": spec["id"],
+            "session": spec["session"],
+            "command": spec["command"],
+            "host": spec.get("host", ""),
+            "state": "starting",
+            "pid": 0,
+            "started_at": 0.0,
+            "ended_at": None,
+            "exit_code": None,
+            "signal": None,
+            "reason": "",
+            "output_bytes": 0,
+        }
         self.pid = 0
         self.master = -1
         self.written = 0
@@ -84,7 +90,6 @@ class Keeper:
         self.status: int | None = None
         self.selector = selectors.DefaultSelector()
         self.output = open(folder / place.OUTPUT, "ab", buffering=0)  # noqa: SIM115
-        self._store: SessionStore | None = None
         # The command's cgroups, in state.json while it runs: if this keeper dies unrecorded,
         # a worker kills what is left in them (``_table.settle_lost``).
         self.cgroups: list[str] = []
@@ -122,9 +127,7 @@ class Keeper:
         os.set_blocking(master, False)
         self.selector.register(master, selectors.EVENT_READ)
         self.selector.register(self.stdin, selectors.EVENT_READ)
-        self.record = self.record.model_copy(
-            update={"state": "running", "pid": pid, "started_at": time.time()}
-        )
+        self.record.update(state="running", pid=pid, started_at=time.time())
         self.save()
         return confinement
 
@@ -138,7 +141,6 @@ class Keeper:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the loop
         self.selector.register(wake_r, selectors.EVENT_READ)
-        published = self.publish(tries=1)
         while self.status is None:
             for key, mask in self.selector.select(_TICK):
                 if key.fd == wake_r:
@@ -151,9 +153,10 @@ class Keeper:
                         self._read_terminal()
                     if mask & selectors.EVENT_WRITE:
                         self._type()
-            # Redis away at the start: tried again each tick, never holding up the terminal.
-            if not published:
-                published = self.publish(tries=1)
+            if not self.folder.is_dir() and not self.stop_reason:
+                # Its session went without asking it (a test's folder removed): nobody could
+                # read or drive it any more.
+                self.stop_reason = "its session's host folder was removed"
             self._reap()
             if self.status is not None:
                 break
@@ -326,7 +329,7 @@ class Keeper:
                 os.killpg(self.pid, signal.SIGKILL)
         confinement.close()
         self.cgroups = []
-        self.record = self.record.model_copy(update=update)
+        self.record.update(update)
         self.save()
         self.publish()
         with contextlib.suppress(OSError):
@@ -335,22 +338,30 @@ class Keeper:
     # -- records ---------------------------------------------------------------------------
 
     def save(self) -> None:
-        self.record = self.record.model_copy(update={"output_bytes": self.written})
-        data = self.record.model_dump()
+        self.record["output_bytes"] = self.written
+        data = dict(self.record)
         data["keeper_pid"] = os.getpid()
         data[place.CGROUPS] = self.cgroups
-        place.write_json(self.folder / place.STATE, data)
+        if self.folder.is_dir():
+            place.write_json(self.folder / place.STATE, data)
 
     def publish(self, tries: int = _RECORD_TRIES) -> bool:
-        """Record the process in the session's record in Redis; True once done. Tried
-        ``tries`` times a second apart: a failover passes while the keeper waits."""
+        """Record the process's end in the session's record in Redis; True once done. Tried
+        ``tries`` times a second apart: a failover passes while the keeper waits. (Its start
+        is recorded by the worker that started it; workers of the host refresh the record.)"""
+        import redis
+
+        from executor import Settings
+        from executor._connect import STANDARD, connect
+        from executor.wire import Keys, SessionStore
+
         for attempt in range(tries):
             try:
-                if self._store is None:
-                    settings = Settings.from_env()
-                    client = connect(settings.redis.url or "", role=STANDARD)
-                    self._store = SessionStore(client, Keys(settings.redis.key_prefix))
-                self._store.set_process(self.record)
+                settings = Settings.from_env()
+                client = connect(settings.redis.url or "", role=STANDARD)
+                store = SessionStore(client, Keys(settings.redis.key_prefix))
+                record = self.record
+                store.set_process_json(record["session"], record["id"], json.dumps(record))
                 return True
             except (redis.RedisError, ValueError) as exc:
                 if attempt == tries - 1:

@@ -99,6 +99,7 @@ def process_start(
     }
     entry = table.start(spec, "workers.tools._keeper")
     entry, data = _answer(ctx, table, entry, 0, wait)
+    table.publish(entry)
     head = f"Started background process {entry.record.id} (pid {entry.record.pid}): {command}"
     return "\n".join([head, *_page(entry, 0, data), *notes])
 
@@ -134,6 +135,7 @@ def process_output(
     if wait > 0 and offset == size:
         entry = _wait_for_output(ctx, table, entry, wait)
     data = entry.read(offset, max_bytes)
+    table.publish(entry)
     return "\n".join(_page(entry, offset, data))
 
 
@@ -152,6 +154,7 @@ def process_input(
     start = entry.output_size
     table.type(entry, (text + ("\n" if enter else "")).encode())
     entry, data = _answer(ctx, table, entry, start, wait)
+    table.publish(entry)
     return "\n".join(_page(entry, start, data))
 
 
@@ -177,11 +180,13 @@ def process_stop(
         grace = 0.0 if signal_name == "KILL" else None
         reason = f"stopped by process_stop (SIG{signal_name})"
         ended = table.stop(entry, reason) if grace is None else table.stop(entry, reason, grace)
+        table.publish(ended)
         return _summary(ended)
     signum = signal.Signals[f"SIG{signal_name}"]
     sent = table.signal(entry, signum)
     time.sleep(0.1)  # let it act on the signal before its state is read
     now = table.get(process)
+    table.publish(now)
     return f"Sent SIG{signal_name} to {sent} process(es) of {entry.record.id}. " + _summary(now)
 
 
@@ -190,6 +195,7 @@ def process_list(ctx: ToolContext) -> str:
     """List the session's background processes: id, state, age, how each ended, command."""
     table = ProcessTable.of(ctx)
     entries = table.all()
+    table.publish(*entries)
     settings = ctx.settings_as(BashSettings)
     if not entries:
         return (

@@ -5,7 +5,8 @@
 reader/writer lock); ``grep`` (the grep tool against ripgrep and GNU grep); ``sessions`` and
 ``scale``; ``sandbox`` (bash's sandbox against unconfined bash); ``mcp`` (one MCP
 ``tools/call`` over stdio and HTTP against ``Executor.run``); ``dashboard`` (the pool with and
-without ``toolpool dashboard``'s live viewers). ``entry`` runs any of them.
+without ``toolpool dashboard``'s live viewers); ``processes`` (what a session's background
+process costs: a start, a read of its output, one idle). ``entry`` runs any of them.
 
 Not part of the wheel: the editable install (``scripts/test``, ``scripts/demo``) puts the
 repository root on ``sys.path``, so this package and the ``tests.support`` helpers it shares

@@ -24,7 +24,16 @@ from tests.support.waiting import PATIENCE_S
 
 pytestmark = pytest.mark.proof  # MCP server processes in front of real worker processes
 
-READ_ONLY = ["calculator", "get_weather", "glob", "grep", "list_directory", "read_file"]
+READ_ONLY = [
+    "calculator",
+    "get_weather",
+    "glob",
+    "grep",
+    "list_directory",
+    "process_list",
+    "process_output",
+    "read_file",
+]
 
 
 @pytest.fixture

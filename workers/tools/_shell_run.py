@@ -22,6 +22,7 @@ from typing import IO
 from executor import FenceError, ToolCancelledError, ToolError, ToolTimeoutError
 from executor import _texts as texts
 from executor.contract import ToolContext
+from workers.processes._signals import group_members
 from workers.tools._confine import Confinement
 from workers.tools._shell_settings import BashSettings
 
@@ -382,21 +383,9 @@ def _group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # Fields after the command name, which may itself hold spaces and parentheses.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
+    return bool(group_members(pgid))
 
 
 def _max_timeout(ctx: ToolContext) -> float:

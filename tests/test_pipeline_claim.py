@@ -16,6 +16,7 @@ from executor.contract import Workspace
 from executor.wire import CallJob, EventLog, Keys, ResultStore, read_events
 from workers.pipeline._chain import CallState
 from workers.pipeline._claim import Claim, skip_cancelled
+from workers.pipeline._heartbeat import Heartbeat
 from workers.pipeline._store import Store
 
 KEYS = Keys()
@@ -214,3 +215,110 @@ def test_a_start_whose_reply_was_lost_is_tried_again_and_still_claims(
     assert lost == [1]
     assert ran == [1]
     assert not events.duplicate.is_set()
+
+
+# -- Two deliveries that both claimed the call (a failover dropped one's claim and put the job
+# back): at the lock grant (``confirm_claim``) only the holder of the claim runs the tool.
+
+
+def _granted(then: Any = None) -> Any:
+    """A ``proceed`` that does what the lock guard does at its grant: confirm the claim; then
+    ``then()`` (the tool) if it holds."""
+
+    def proceed(state: CallState) -> ToolResult:
+        assert state.confirm_claim is not None
+        state.confirm_claim()
+        return then() if then is not None else _result("ran")
+
+    return proceed
+
+
+def test_a_delivery_whose_claim_was_taken_before_its_grant_answers_the_holders_result(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    def claim_taken_then_granted(state: CallState) -> ToolResult:
+        client.set(KEYS.running("c1"), "w0")  # the job's other delivery claimed it meanwhile
+        return _granted(lambda: _never(state))(state)
+
+    answers: list[ToolResult] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(
+            _claim(client, events)(_state(tmp_path), claim_taken_then_granted)
+        )
+    )
+    waiter.start()
+    assert events.duplicate.wait(30), "the delivery without the claim did not wait for w0's run"
+    assert not client.exists(KEYS.worker_current("w1"))
+    ResultStore(client, KEYS).publish("t1", _result("from w0"))
+    waiter.join(30)
+    assert [answer.content for answer in answers] == ["from w0"]
+    assert client.get(KEYS.running("c1")) == b"w0"  # the holder's claim stays
+
+
+def test_a_delivery_whose_call_was_answered_before_its_grant_returns_that_answer(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    def answered_then_granted(state: CallState) -> ToolResult:
+        client.set(KEYS.running("c1"), "w0")
+        ResultStore(client, KEYS).publish("t1", _result("answered by w0"))
+        return _granted(lambda: _never(state))(state)
+
+    answer = _claim(client, events)(_state(tmp_path), answered_then_granted)
+    assert answer.content == "answered by w0"
+    assert client.get(KEYS.running("c1")) == b"w0"
+    assert not events.duplicate.is_set()
+
+
+def test_a_claim_that_lapsed_before_the_grant_is_taken_again_and_the_call_runs(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    inside: list[Any] = []
+
+    def lapsed_then_granted(state: CallState) -> ToolResult:
+        client.delete(KEYS.running("c1"))  # dropped by a failover, nobody else took it
+
+        def tool() -> ToolResult:
+            inside.append(client.get(KEYS.running("c1")))
+            return _result("ran")
+
+        return _granted(tool)(state)
+
+    assert _claim(client, events)(_state(tmp_path), lapsed_then_granted).content == "ran"
+    assert inside == [b"w1"]
+    assert not client.exists(KEYS.running("c1"))  # let go with the answer
+
+
+def test_a_cancel_seen_at_the_grant_sets_the_runs_cancel_flag(
+    tmp_path: Path, client: redis.Redis, events: _Events
+) -> None:
+    flags: list[bool] = []
+
+    def cancelled_then_granted(state: CallState) -> ToolResult:
+        client.set(KEYS.turn_cancel("t1"), "1")
+
+        def tool() -> ToolResult:
+            flags.append(state.cancelled.is_set())
+            return _result("ran")
+
+        return _granted(tool)(state)
+
+    _claim(client, events)(_state(tmp_path), cancelled_then_granted)
+    assert flags == [True]
+
+
+def test_the_heartbeat_renews_its_own_claim_and_never_another_deliverys(
+    client: redis.Redis,
+) -> None:
+    beat = Heartbeat(client, KEYS, Settings(), worker_name="w1")
+    cancelled = threading.Event()
+    client.set(KEYS.running("c1"), "w1", px=500)
+    beat._beat(JOB, cancelled)
+    assert client.get(KEYS.running("c1")) == b"w1"
+    assert client.pttl(KEYS.running("c1")) > 500  # renewed to the liveness
+    client.set(KEYS.running("c1"), "w0")  # another delivery holds it now
+    beat._beat(JOB, cancelled)
+    assert client.get(KEYS.running("c1")) == b"w0"
+    client.set(KEYS.turn_cancel("t1"), "1")
+    beat._beat(JOB, cancelled)
+    assert cancelled.is_set()
+    assert client.get(KEYS.running("c1")) == b"w0"

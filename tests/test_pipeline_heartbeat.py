@@ -39,11 +39,14 @@ def _renewed(client: redis.Redis, call_id: str) -> bool:
 def test_a_watched_call_is_kept_alive_and_learns_of_its_cancel(client: redis.Redis) -> None:
     heartbeat = _heartbeat(client)
     cancelled = threading.Event()
-    client.set(KEYS.running("a"), "stale", px=60_000)
+    client.set(KEYS.running("a"), "w1", px=60_000)  # its claim, taken with a longer life
     with heartbeat.watching(_job("a"), cancelled):
-        assert _renewed(client, "a")
+        deadline = time.monotonic() + 30
+        while client.pttl(KEYS.running("a")) > 5000 and time.monotonic() < deadline:
+            time.sleep(0.01)
         ttl = client.pttl(KEYS.running("a"))
-        assert 0 < ttl <= 5000
+        assert 0 < ttl <= 5000, "no beat renewed the claim to the liveness"
+        assert client.get(KEYS.running("a")) == b"w1"
         assert not cancelled.is_set()
         client.set(KEYS.turn_cancel("t1"), "1")
         assert cancelled.wait(30), "the cancel was not noticed"

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         read_entries,
         withdraw_catalog,
     )
+    from executor.wire._claims import CallClaims, ClaimHold
     from executor.wire._events import (
         Event,
         EventLog,
@@ -65,8 +66,10 @@ __all__ = [
     "READY",
     "Acks",
     "Batch",
+    "CallClaims",
     "CallJob",
     "Catalog",
+    "ClaimHold",
     "Entered",
     "ErrorType",
     "Event",
@@ -112,8 +115,10 @@ _MODULE_OF: dict[str, str] = {
     "READY": "executor.wire._sessions",
     "Acks": "executor.wire._acks",
     "Batch": "executor.wire._turns",
+    "CallClaims": "executor.wire._claims",
     "CallJob": "executor.wire._turns",
     "Catalog": "executor.wire._catalog",
+    "ClaimHold": "executor.wire._claims",
     "Entered": "executor.wire._sessions",
     "ErrorType": "executor.wire._models",
     "Event": "executor.wire._events",

@@ -44,6 +44,16 @@ class Held(Protocol):
 LockGuard = Callable[["CallState"], AbstractContextManager[Held]]
 
 
+class ClaimLost(Exception):
+    """Raised at the lock grant when this delivery of the call must not run it: another
+    delivery holds its claim, or it is answered (``answer``). The claim step catches it and
+    answers as a second delivery does; no step in between turns it into a result."""
+
+    def __init__(self, answer: ToolResult | None) -> None:
+        super().__init__("another delivery of the call holds its claim, or it is answered")
+        self.answer = answer
+
+
 @dataclass
 class Closing:
     """What an inner step leaves for the store step to send with the result, in its one
@@ -86,6 +96,9 @@ class CallState:
     #: deletes them in the round trip that stores the result, and says so.
     claim_keys: tuple[str, ...] = ()
     claim_released: bool = False
+    #: Set by the claim step: called by the lock guard once the lock is granted, before the
+    #: tool starts; raises ``ClaimLost`` if this delivery must not run the call.
+    confirm_claim: Callable[[], None] | None = None
     #: Set (to a list) by the store step: what the steps inside leave for its round trip.
     #: None: no store step follows, so nothing may be left.
     closing: list[Closing] | None = None

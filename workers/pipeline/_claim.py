@@ -7,6 +7,10 @@ stores the result (``CallState.claim_keys``); if it cannot, the claim does it he
 delivered again after it was answered gets the stored result; one delivered while its first
 delivery still runs waits for that run's result; a call whose turn was cancelled before it
 started does not run (``skip_cancelled``).
+
+A failover can drop a claim and put its job back on the queue, so two deliveries may both
+have claimed the call. The lock guard settles it under the grant (``CallState.confirm_claim``):
+only the delivery whose claim holds runs the tool; the other answers as a second delivery.
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import redis
 from executor import Settings
 from executor import _texts as texts
 from executor._patience import patiently
-from executor.wire import CallJob, ErrorType, EventLog, Keys, ToolResult
-from workers.pipeline._chain import CallState, Proceed
+from executor.wire import CallClaims, CallJob, ErrorType, EventLog, Keys, ToolResult
+from workers.pipeline._chain import CallState, ClaimLost, Proceed
 from workers.pipeline._store import Store
 
 # How often a second delivery of a job looks for the first delivery's result.
@@ -49,6 +53,7 @@ class Claim:
         self._worker = worker_name
         self._liveness_ms = int(settings.client.call_liveness_s * 1000)
         self._heartbeat_s = settings.client.call_heartbeat_s
+        self._claims = CallClaims(client, keys)
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
         job = state.the_job()
@@ -76,11 +81,34 @@ class Claim:
             if cancel_flag:
                 state.cancelled.set()
             state.claim_keys = (current_key, running_key)
+            state.confirm_claim = lambda: self._confirm(state)
             return proceed(state)
+        except ClaimLost as lost:
+            # Another delivery of the call holds its claim (a failover dropped this one's and
+            # put the job back), or the call is answered: this delivery ran nothing.
+            state.claim_released = True  # the claim is not this delivery's to let go
+            with contextlib.suppress(redis.RedisError):
+                self._client.delete(current_key)
+            if lost.answer is not None:
+                return lost.answer
+            return self._await_other_run(job)
         finally:
             if not state.claim_released:  # let go with the result, unless that failed
                 with contextlib.suppress(redis.RedisError):
                     self._client.delete(current_key, running_key)
+
+    def _confirm(self, state: CallState) -> None:
+        """At the lock grant: keep the claim, or raise ``ClaimLost`` if this delivery must
+        not run the call. The claim taken at the start may have been dropped by a failover
+        since, and taken by another delivery of the same job; the grant serialises them."""
+        job = state.the_job()
+        found = patiently(
+            lambda: self._claims.hold(job.call.id, job.turn_id, self._worker, self._liveness_ms)
+        )
+        if found.cancelled:
+            state.cancelled.set()
+        if not found.held:
+            raise ClaimLost(found.answer)
 
     def _start(
         self, job: CallJob, current_key: str, running_key: str

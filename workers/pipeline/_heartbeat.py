@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import redis
 
 from executor import Settings
-from executor.wire import CallJob, Keys, ToolResult
+from executor.wire import CallClaims, CallJob, Keys, ToolResult
 from workers.pipeline._chain import CallState, Proceed
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ class Heartbeat:
         self._worker = worker_name
         self._interval = settings.client.call_heartbeat_s
         self._ttl_ms = int(settings.client.call_liveness_s * 1000)
+        self._claims = CallClaims(client, keys)
         self._lock = threading.Lock()
         self._watched: tuple[CallJob, threading.Event] | None = None
         self._thread_pid: int | None = None
@@ -69,11 +70,9 @@ class Heartbeat:
 
     def _beat(self, job: CallJob, cancelled: threading.Event) -> None:
         try:
-            with self._client.pipeline(transaction=False) as pipe:
-                pipe.set(self._keys.running(job.call.id), self._worker, px=self._ttl_ms)
-                pipe.exists(self._keys.turn_cancel(job.turn_id))
-                _, cancel = pipe.execute()
-            if cancel:
+            # Never over another delivery's claim: the lock grant decides between the two.
+            found = self._claims.hold(job.call.id, job.turn_id, self._worker, self._ttl_ms)
+            if found.cancelled:
                 cancelled.set()
         except redis.RedisError as exc:
             log.warning("toolpool: call heartbeat failed: %s", exc)

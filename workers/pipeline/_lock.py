@@ -3,7 +3,8 @@
 ``lock`` is the step: it enters the call's guard once the arguments are valid and leaves it
 when the tool is done. Only a failure to enter it (no lock within the wait) means the tool did
 not run. ``LeaseGuard`` is the worker's guard: the distributed lock, shared for
-concurrency-safe tools and exclusive for the rest, granted past the commit barrier.
+concurrency-safe tools and exclusive for the rest, granted past the commit barrier and kept
+only by the delivery that holds the call's claim (``CallState.confirm_claim``).
 """
 
 from __future__ import annotations
@@ -105,6 +106,9 @@ class LeaseGuard:
             lease = rwlock.acquire(mode, timeout=self._wait_s, owner=owner)
         try:
             self._barrier(state.workspace.root)
+            if state.confirm_claim is not None:
+                # Under the grant: of two deliveries of one call, only the claim's holder runs.
+                state.confirm_claim()
         except BaseException:
             with contextlib.suppress(redis.RedisError, LockError):
                 lease.release()

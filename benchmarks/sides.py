@@ -1,8 +1,13 @@
 """The two sides ``benchmarks.calls`` measures: toolpool's Executor and raw RQ.
 
-``Bench`` holds the private Redis, the Executor, the raw RQ queue and the worker processes
-(started with multiprocessing's "spawn" method, stopped by their PIDs), and runs one
-measurement of either side at a time; every wait in it has a deadline.
+``Bench`` holds the private Redis, the Executor, the raw RQ queue and the worker processes,
+and runs one measurement of either side at a time; every wait in it has a deadline.
+
+toolpool's side runs the way users run it: one ``toolpool worker --workers N`` process (its
+supervised pool of N worker processes, ``--tools`` adding the benchmark's ``noop`` and
+``nap``). The parts that count Redis round trips inside a worker (``parser``) start bare
+worker processes with multiprocessing's "spawn" method instead, as raw RQ's side always is.
+Every process is stopped by its PID.
 """
 
 from __future__ import annotations
@@ -11,11 +16,14 @@ import argparse
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -26,6 +34,7 @@ from rq.serializers import JSONSerializer
 
 from benchmarks.counting import paused
 from benchmarks.workers import (
+    BENCH_TOOLS,
     TRIVIAL,
     bench_registry,
     run_raw_worker,
@@ -53,6 +62,7 @@ class Pool:
     """Worker processes started here; ``stop`` ends them by their PIDs."""
 
     processes: list[BaseProcess] = field(default_factory=list)
+    commands: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def wait_until(self, ready: Callable[[], bool], what: str, patience: float) -> None:
         """Wait until ``ready()``; ``BenchError`` if a worker process exits first or
@@ -65,6 +75,12 @@ class Pool:
                         f"worker process {process.pid} exited with code "
                         f"{process.exitcode} before it was {what}"
                     )
+            for command in self.commands:
+                if command.poll() is not None:
+                    raise BenchError(
+                        f"toolpool worker (pid {command.pid}) exited with code "
+                        f"{command.returncode} before it was {what}"
+                    )
             if time.monotonic() > deadline:
                 raise BenchError(f"workers not {what} within {patience:g} s")
             time.sleep(0.05)
@@ -74,7 +90,22 @@ class Pool:
         process.start()
         self.processes.append(process)
 
+    def run(self, argv: list[str], env: dict[str, str]) -> None:
+        """Start the command ``argv`` (a ``toolpool worker``) in the background."""
+        self.commands.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL))
+
     def stop(self) -> None:
+        # SIGTERM: an idle pool stops at once, each worker deregistering.
+        for command in self.commands:
+            if command.poll() is None:
+                os.kill(command.pid, signal.SIGTERM)
+        for command in self.commands:
+            try:
+                command.wait(_STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.kill(command.pid, signal.SIGKILL)
+                command.wait(5.0)
+        self.commands.clear()
         # SIGTERM is RQ's warm shutdown: an idle worker leaves at once and deregisters.
         for process in self.processes:
             if process.is_alive() and process.pid is not None:
@@ -161,8 +192,11 @@ class Bench:
         self.pools.append(pool)
         names: dict[str, set[str]] = {"tool": set(), "raw": set()}
         try:
+            before = self._tool_worker_names()
+            if tool and parser is None:
+                pool.run(self._worker_command(count), self._worker_env())
             for index in range(count):
-                if tool:
+                if tool and parser is not None:
                     name = f"bench-tp{self.label}-{self.serial}-{index}"
                     pool.start(run_toolpool_worker, self.url, self.settings, name, parser)
                     names["tool"].add(name)
@@ -171,6 +205,8 @@ class Bench:
                     pool.start(run_raw_worker, self.url, self.raw_queue_name, name, parser)
                     names["raw"].add(name)
             self.serial += 1
+            if tool and parser is None:
+                names["tool"] = self._wait_pool_registered(pool, before, count)
             self._wait_registered(pool, names)
             self.names = names
             yield
@@ -182,6 +218,36 @@ class Bench:
             self.names = {}
             pool.stop()
             self.pools.remove(pool)
+
+    def _tool_worker_names(self) -> set[str]:
+        with paused():
+            return {w.name for w in Worker.all(connection=self.client, queue=self.tool_queue)}
+
+    def _worker_command(self, count: int) -> list[str]:
+        """``toolpool worker --workers COUNT``, with the benchmark's tools added."""
+        script = Path(sys.executable).with_name("toolpool")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "executor.cli"]
+        return [*command, "worker", "--workers", str(count), "--tools", BENCH_TOOLS]
+
+    def _worker_env(self) -> dict[str, str]:
+        """Ours, without TOOLPOOL_* variables, plus this bench's settings (its Redis, queue,
+        workspace, ...), as a deployment sets them."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")}
+        env.update(self.settings.environment())
+        return env
+
+    def _wait_pool_registered(self, pool: Pool, before: set[str], count: int) -> set[str]:
+        """The names of the ``count`` workers the new ``toolpool worker`` registered."""
+        found: set[str] = set()
+
+        def registered() -> bool:
+            found.clear()
+            found.update(self._tool_worker_names() - before)
+            return len(found) >= count
+
+        with paused():
+            pool.wait_until(registered, "registered", _START_PATIENCE_S)
+        return set(found)
 
     def _wait_registered(self, pool: Pool, names: dict[str, set[str]]) -> None:
         with paused():

@@ -40,11 +40,20 @@ def nap(
     return f"slept {ms} ms"
 
 
+# What ``toolpool worker --tools`` adds to the built-in tools for the benchmark.
+BENCH_TOOLS = "benchmarks.workers:bench_tools"
+
+
+def bench_tools() -> ToolRegistry:
+    """``noop`` and ``nap``: the tools ``toolpool worker --tools`` adds for the benchmark."""
+    return ToolRegistry([noop, nap])
+
+
 def bench_registry() -> ToolRegistry:
     """The built-in tools plus ``noop`` and ``nap``; workers and the Executor both use it."""
     from workers import builtin_registry
 
-    return builtin_registry().merged(ToolRegistry([noop, nap]))
+    return builtin_registry().merged(bench_tools())
 
 
 def trivial() -> dict[str, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,9 @@ def test_a_start_whose_reply_was_lost_is_tried_again_and_still_claims(
 # back): at the lock grant (``confirm_claim``) only the holder of the claim runs the tool.
 
 
-def _granted(then: Any = None) -> Any:
+def _granted(
+    then: Callable[[], ToolResult] | None = None,
+) -> Callable[[CallState], ToolResult]:
     """A ``proceed`` that does what the lock guard does at its grant: confirm the claim; then
     ``then()`` (the tool) if it holds."""
 

@@ -192,12 +192,10 @@ def host_entries(host_folder: Path) -> list[Entry]:
 
 def ask_stop(folder: Path, keeper: int, reason: str, grace: float = STOP_GRACE) -> None:
     """Tell the keeper in ``folder`` to stop its process, for ``reason``."""
-    try:
+    # The folder may have gone with its session while its keeper was still exiting: the
+    # signal alone stops it (with the default grace); there is no record left for a reason.
+    with contextlib.suppress(FileNotFoundError):
         place.write_json(folder / place.STOP, {"reason": reason, "grace": grace})
-    except FileNotFoundError:
-        # The folder went with its session while its keeper was still exiting: the signal
-        # alone stops it (with the default grace); there is no record left to give a reason.
-        pass
     if place.daemon_alive(keeper, str(folder)):
         with contextlib.suppress(OSError):
             os.kill(keeper, signal.SIGTERM)

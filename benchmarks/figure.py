@@ -1,4 +1,4 @@
-"""What the benchmarks' figures share: matplotlib, headless, two panels side by side, the PNG.
+"""What the benchmarks' figures share: matplotlib, headless, panels side by side, the PNG.
 
 matplotlib is the ``bench`` extra (``pip install -e '.[bench]'``); without it a benchmark
 prints its figures and says the PNG was not written.
@@ -12,6 +12,16 @@ from typing import Any
 
 def two_panels(path: Path) -> tuple[Any, Any, Any] | str:
     """A figure and its left and right axes; or, without matplotlib, the line to print."""
+    found = panels(path, 2, width=11)
+    if isinstance(found, str):
+        return found
+    figure, (left, right) = found
+    return figure, left, right
+
+
+def panels(path: Path, count: int, width: float) -> tuple[Any, list[Any]] | str:
+    """A figure ``width`` inches wide and its ``count`` axes side by side; or, without
+    matplotlib, the line to print."""
     try:
         import matplotlib
 
@@ -21,8 +31,8 @@ def two_panels(path: Path) -> tuple[Any, Any, Any] | str:
         return (
             f"no figure: matplotlib is not installed (pip install matplotlib); {path} not written"
         )
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    return figure, left, right
+    figure, axes = plt.subplots(1, count, figsize=(width, 4.2))
+    return figure, list(axes)
 
 
 def save(figure: Any, path: Path, title: str) -> str:

@@ -1,12 +1,19 @@
-"""Redis memory per call, toolpool against raw RQ, and a pool's memory under a steady load.
+"""Redis memory per call, toolpool against its baselines, and a pool's memory under a steady load.
 
 Each measurement has a redis-server of its own, so nothing else's keys expire meanwhile.
-``retained``: a burst of trivial calls; Redis's ``used_memory`` and the keys by family (SCAN,
-then MEMORY USAGE of up to ``_SAMPLE`` keys a family, times the family's count) right after
-it, while RQ's records of the calls live, and again once they have expired (RQ's record TTL
-is shortened for this: toolpool's ``rq_record_ttl``, raw RQ's ``result_ttl``; a SCAN of every
-key makes Redis drop the expired ones at once). ``steady``: a paced load on a pool with
-default settings, ``used_memory`` sampled at intervals.
+``retained``: bytes per retained trivial call, RQ's records included. Three sides, each on a
+fresh redis-server with one worker: toolpool as it ships (RQ keeps no record of a call that
+ended well), toolpool keeping RQ's records (``rq_record_ttl``, the default before), raw RQ.
+Each run: a burst of trivial calls left to expire (Redis's first-use costs), then a measured
+burst; Redis's ``used_memory`` and the keys by family (SCAN, then MEMORY USAGE of up to
+``_SAMPLE`` keys a family, times the family's count) before it, right after it (a: RQ's
+records live) and once they have expired (b: their TTL shortened to ``--record-ttl``; a SCAN
+of every key makes Redis drop the expired ones at once). ``--repeat`` runs, each side's
+figures as min / median / max. ``steady``: a paced load on a pool with default settings,
+``used_memory`` sampled at intervals.
+
+Run: ``python -m benchmarks.calls --only memory`` (``--steady --only memory,steady`` adds
+the paced load).
 """
 
 from __future__ import annotations
@@ -17,14 +24,14 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from benchmarks.sides import Bench, BenchError
+from benchmarks.sides import Bench, BenchError, Burst
 from executor import Settings
 from executor.client import Turn
 from executor.wire import ToolStatus
@@ -35,6 +42,7 @@ _BENCH_KEYS = "bench:"
 # A key segment that holds an id (a digit, or long): grouped as ``*``.
 _VARIABLE = re.compile(r"\d|^.{24,}$")
 GOAL_BYTES = 1024
+_BUFFERS = "clients' buffers"
 
 
 @dataclass
@@ -103,7 +111,7 @@ def _outside_keys(client: redis.Redis) -> dict[str, int]:
         for v in dict(fields).values()
     )
     return {
-        "clients' buffers": int(stats.get("clients.normal", 0)),
+        _BUFFERS: int(stats.get("clients.normal", 0)),
         "key tables": tables,
         "Lua scripts": int(stats.get("lua.caches", 0)),
     }
@@ -159,98 +167,197 @@ def _delta(before: Snapshot, after: Snapshot, keep: Callable[[str], bool]) -> fl
     )
 
 
-def _side_lines(
-    side: str, snaps: tuple[Snapshot, Snapshot, Snapshot], calls: int, ttl: int, stream: str
-) -> tuple[list[str], float]:
-    """The report of one side, and its bytes per retained call without the capped stream.
+@dataclass(frozen=True, eq=False)
+class Side:
+    """One configuration the retained figure measures, on a Redis of its own.
 
-    ``snaps``: before the burst, right after it, once RQ's records expired.
+    ``settings``: toolpool's settings beside the defaults; ``raw_ttl``: raw RQ's result TTL
+    (``raw`` sides only).
     """
-    before, live, gone = snaps
-    live_b = (live.used - before.used) / calls
-    gone_b = (gone.used - before.used) / calls
-    capped = _delta(before, gone, lambda name: name == stream) / calls
-    lines = [
-        f"  {side}: (a) {live_b:6.0f} B a call while RQ's records live (used_memory)",
-        *_breakdown(before, live, calls, "        "),
-        _outside_line(before, live, calls, "        "),
-        f"  {side}: (b) {gone_b:6.0f} B a call once RQ's records expired (TTL shortened to "
-        f"{ttl} s), {gone_b - capped:.0f} B without the capped events stream",
-        *_breakdown(before, gone, calls, "        "),
-        _outside_line(before, gone, calls, "        "),
+
+    name: str
+    settings: dict[str, Any]
+    raw: bool = False
+    raw_ttl: int | None = None
+
+
+def retained_sides(ttl: int) -> tuple[Side, ...]:
+    """toolpool as it ships (RQ keeps no record of a call that ended well), the baseline of
+    toolpool keeping RQ's records (the default before, ``rq_record_ttl`` 600, shortened to
+    ``ttl`` so that they expire within the run), and raw RQ (its records for ``ttl`` too)."""
+    return (
+        Side("toolpool", {}),
+        Side("toolpool, RQ's records kept", {"rq_record_ttl": ttl}),
+        Side("raw RQ", {}, raw=True, raw_ttl=ttl),
+    )
+
+
+@dataclass
+class Retained:
+    """One side's snapshots in one run: before the burst, right after it (a), once RQ's
+    records expired (b)."""
+
+    before: Snapshot
+    live: Snapshot
+    gone: Snapshot
+    calls: int
+    stream: str
+
+    def per_call(self, at: Snapshot) -> float:
+        """``used_memory`` gained a call by ``at``, less what does not grow with the calls
+        kept: the capped events stream, and the clients' buffers (a connection's query and
+        reply buffers, which come and go with its last commands)."""
+        capped = _delta(self.before, at, lambda name: name == self.stream)
+        buffers = at.outside[_BUFFERS] - self.before.outside[_BUFFERS]
+        return (at.used - self.before.used - capped - buffers) / self.calls
+
+    @property
+    def live_bytes(self) -> float:
+        """(a): bytes a retained call holds, RQ's records included."""
+        return self.per_call(self.live)
+
+    @property
+    def gone_bytes(self) -> float:
+        """(b): bytes a retained call holds once RQ's records expired."""
+        return self.per_call(self.gone)
+
+    def jobs(self, at: Snapshot) -> int:
+        """RQ's job hashes at ``at``."""
+        return at.families.get("rq:job:*", Family(0, 0.0)).keys
+
+
+def _side_lines(side: str, run: Retained, ttl: int) -> list[str]:
+    """The report of one side: both figures, each with its keys by family."""
+    before, calls = run.before, run.calls
+    return [
+        f"  {side}: (a) {run.live_bytes:6.0f} B a call right after the burst, RQ's records "
+        f"included ({run.jobs(run.live)} rq:job:* keys)",
+        *_breakdown(before, run.live, calls, "        "),
+        _outside_line(before, run.live, calls, "        "),
+        f"  {side}: (b) {run.gone_bytes:6.0f} B a call once RQ's records expired (TTL "
+        f"shortened to {ttl} s; {run.jobs(run.gone)} rq:job:* keys)",
+        *_breakdown(before, run.gone, calls, "        "),
+        _outside_line(before, run.gone, calls, "        "),
     ]
-    return lines, gone_b - capped
+
+
+def _burst(bench: Bench, side: Side, calls: int, turn: int) -> Burst:
+    """A burst of ``calls`` trivial calls on ``side``, and its workers idle after it."""
+    if side.raw:
+        burst = bench.raw_burst(calls)
+        bench.wait_idle("raw")
+    else:
+        burst = bench.toolpool_burst(calls, turn)
+        bench.wait_idle("tool")
+    return burst
+
+
+def _wait_expired(since: float, ttl: int) -> None:
+    """Until RQ's records made by ``since`` (a monotonic time) expired."""
+    time.sleep(max(0.0, since + ttl + 2 - time.monotonic()))
+
+
+def retained_run(args: Any, sides: tuple[Side, ...], calls: int, ttl: int) -> list[Retained]:
+    """One run: each side on a fresh redis-server with one worker; their snapshots."""
+    stream = f"{Settings().redis.key_prefix}:events"
+    with ExitStack() as stack:
+        benches = [
+            stack.enter_context(_bench_on_own_redis(args, side.settings, side.raw_ttl, 1, side.raw))
+            for side in sides
+        ]
+        # A first burst of the same size, left to expire: Redis's first-use costs (scripts,
+        # registries, clients' buffers, its key tables grown to this size) stay out.
+        for bench, side in zip(benches, sides, strict=True):
+            _burst(bench, side, calls, args.memory_turn)
+        _wait_expired(time.monotonic(), ttl)
+        before = [Snapshot.take(bench.client) for bench in benches]
+        live = []
+        for bench, side in zip(benches, sides, strict=True):
+            burst = _burst(bench, side, calls, args.memory_turn)
+            if burst.failed:
+                raise BenchError(f"{burst.failed} of the {side.name} memory burst's calls failed")
+            live.append(Snapshot.take(bench.client))
+        _wait_expired(time.monotonic(), ttl)
+        gone = [Snapshot.take(bench.client) for bench in benches]
+    return [
+        Retained(*snaps, calls=calls, stream=stream)
+        for snaps in zip(before, live, gone, strict=True)
+    ]
+
+
+def _spread(values: list[float], digits: int = 0) -> str:
+    """``min / median / max`` of ``values``."""
+    ordered = (min(values), statistics.median(values), max(values))
+    return " / ".join(f"{value:.{digits}f}" for value in ordered)
 
 
 def measure_retained(report: Bench, calls: int, ttl: int, args: Any) -> float:
-    """Print memory per call for both sides; return toolpool's own bytes per retained call."""
+    """Print bytes per retained trivial call, RQ's records included, for toolpool and its
+    baselines, ``args.repeat`` runs; return toolpool's own bytes per retained call (median)."""
     out = report.out
-    defaults = Settings()
-    stream = f"{defaults.redis.key_prefix}:events"
+    prefix = Settings().redis.key_prefix
     turn = args.memory_turn
-    with (
-        _bench_on_own_redis(args, {"rq_record_ttl": ttl}, None, 1, False) as tool,
-        _bench_on_own_redis(args, {}, ttl, 1, True) as raw,
-    ):
-        # A first burst of the same size, left to expire: Redis's first-use costs (scripts,
-        # registries, clients' buffers, its key tables grown to this size) stay out.
-        tool.toolpool_burst(calls, turn)
-        tool.wait_idle("tool")
-        raw.raw_burst(calls)
-        raw.wait_idle("raw")
-        time.sleep(ttl + 2)
-        before = {"tool": Snapshot.take(tool.client), "raw": Snapshot.take(raw.client)}
-        bursts = {"tool": tool.toolpool_burst(calls, turn)}
-        tool.wait_idle("tool")
-        live = {"tool": Snapshot.take(tool.client)}
-        bursts["raw"] = raw.raw_burst(calls)
-        raw.wait_idle("raw")
-        live["raw"] = Snapshot.take(raw.client)
-        finished = time.monotonic()
-        for side, run in bursts.items():
-            if run.failed:
-                raise BenchError(f"{run.failed} of the {side} memory burst's calls failed")
-        time.sleep(max(0.0, finished + ttl + 2 - time.monotonic()))
-        gone = {"tool": Snapshot.take(tool.client), "raw": Snapshot.take(raw.client)}
-    for side, name in (("tool", "toolpool"), ("raw", "raw RQ")):
-        jobs = live[side].families.get("rq:job:*", Family(0, 0)).keys
-        left = gone[side].families.get("rq:job:*", Family(0, 0)).keys
-        out(
-            f"  {name}: rq:job:* keys {jobs} at (a), {left} at (b)"
-            + ("" if jobs >= calls else " (some expired before (a): raise --record-ttl)")
-        )
-    lines, tool_b = _side_lines(
-        "toolpool", (before["tool"], live["tool"], gone["tool"]), calls, ttl, stream
+    tool, kept, raw = sides = retained_sides(ttl)
+    runs: list[dict[Side, Retained]] = []
+    for index in range(max(1, args.repeat)):
+        runs.append(dict(zip(sides, retained_run(args, sides, calls, ttl), strict=True)))
+        figures = ", ".join(f"{side.name} {runs[-1][side].live_bytes:.0f} B" for side in sides)
+        out(f"  run {index + 1}: (a) {figures}")
+        for side in (kept, raw):
+            if runs[-1][side].jobs(runs[-1][side].live) < calls:
+                out(f"    {side.name}: some records expired before (a): raise --record-ttl")
+    out(f"  by family, run {len(runs)}, per call:")
+    for side in sides:
+        for line in _side_lines(side.name, runs[-1][side], ttl):
+            out(line)
+    stream = runs[0][tool].stream
+    out(
+        f"  (left out of (a) and (b): {stream}, capped at events_maxlen "
+        f"{Settings().worker.events_maxlen} entries, a fixed cost once full, and the clients' "
+        "buffers, which come and go with the connections' last commands; neither grows with the "
+        "calls kept. A first burst of the same size ran, its RQ records left to expire, so Redis's "
+        "first-use costs stay out too)"
     )
-    raw_lines, raw_b = _side_lines(
-        "raw RQ  ", (before["raw"], live["raw"], gone["raw"]), calls, ttl, stream
+
+    def figure(side: Side) -> list[float]:
+        return [run[side].live_bytes for run in runs]
+
+    out(
+        f"  bytes per retained trivial call (turns of {turn}), RQ's records included: (a) right "
+        f"after the burst, (b) once RQ's records expired; min / median / max of {len(runs)} runs"
     )
-    own = (
+    for side in sides:
+        gone = _spread([run[side].gone_bytes for run in runs])
+        out(f"    {side.name:<28} (a) {_spread(figure(side)):>17}   (b) {gone:>17}")
+    over_kept = [t / k for t, k in zip(figure(tool), figure(kept), strict=True)]
+    over_raw = [t / r for t, r in zip(figure(tool), figure(raw), strict=True)]
+    out(
+        f"  per run, (a): toolpool / {kept.name} {_spread(over_kept, 2)}; toolpool / raw RQ "
+        f"{_spread(over_raw, 2)} (min / median / max)"
+    )
+    own = [
         _delta(
-            before["tool"],
-            gone["tool"],
-            lambda n: n.startswith(defaults.redis.key_prefix + ":") and n != stream,
+            run[tool].before,
+            run[tool].gone,
+            lambda name: name.startswith(prefix + ":") and name != stream,
         )
         / calls
-    )
-    for line in lines + raw_lines:
-        out(line)
+        for run in runs
+    ]
+    worst = max(figure(tool))
     out(
-        f"  ({stream} is capped at events_maxlen {defaults.worker.events_maxlen} entries: a fixed "
-        "cost once full, not a cost per retained call; a first burst of the same size ran and "
-        "expired before (a), so Redis's first-use costs stay out of these figures)"
-    )
-    verdict = "met" if tool_b < GOAL_BYTES else "NOT met"
-    out(
-        f"  goal: < {GOAL_BYTES} B per retained trivial call (turns of {turn}): toolpool "
-        f"{tool_b:.0f} B, {verdict} (raw RQ {raw_b:.0f} B); toolpool's own keys {own:.0f} B"
+        f"  goal: <= {GOAL_BYTES} B per retained trivial call, RQ's records included: toolpool "
+        f"{statistics.median(figure(tool)):.0f} B (median; at most {worst:.0f} B), "
+        f"{'met' if worst <= GOAL_BYTES else 'NOT met'}; of which toolpool's own keys "
+        f"{statistics.median(own):.0f} B"
     )
     report.summary.append(
-        f"Redis memory per retained trivial call (turns of {turn}, RQ's records expired, "
-        f"events stream aside): toolpool {tool_b:.0f} B ({own:.0f} B its own keys), "
-        f"raw RQ {raw_b:.0f} B"
+        f"Redis memory per retained trivial call (turns of {turn}, RQ's records included, "
+        f"events stream and clients' buffers aside), min / median / max of {len(runs)} runs: "
+        f"toolpool {_spread(figure(tool))} B; {kept.name} {_spread(figure(kept))} B; raw RQ "
+        f"{_spread(figure(raw))} B"
     )
-    return own
+    return statistics.median(own)
 
 
 # -- steady state ------------------------------------------------------------------------------
@@ -337,10 +444,11 @@ def measure_steady(bench_out: Bench, args: Any, own_bytes: float | None) -> None
         out(f"  {s.at_s:7.0f}{s.used:14,d}{s.keys:9,d}{s.calls:8,d}{per:20.0f}")
     final = samples[-1]
     per_call = (final.used - start.used) / max(1, final.calls)
+    record_ttl = defaults.client.rq_record_ttl
+    kept = f"RQ's records of the last {record_ttl} s still live" if record_ttl else "RQ keeps none"
     out(
         f"  final: used_memory {final.used / 2**20:.1f} MiB after {final.calls} calls "
-        f"({per_call:.0f} B a call since the start; RQ's records of the last "
-        f"{defaults.client.rq_record_ttl} s still live)"
+        f"({per_call:.0f} B a call since the start; {kept})"
     )
     out("  by family at the end (per call):")
     for line in _breakdown(start, end, max(1, done), "    "):
@@ -357,12 +465,11 @@ def measure_steady(bench_out: Bench, args: Any, own_bytes: float | None) -> None
         for name, f in end.families.items()
         if name.startswith("rq:")
     ) / max(1, done)
-    rq_live = rq_bytes * rate * defaults.client.rq_record_ttl
+    rq_live = rq_bytes * rate * record_ttl
     out(
         f"  + RQ's records while they live ({rq_bytes:.0f} B a call x {rate:g} calls/s x "
-        f"{defaults.client.rq_record_ttl} s): about "
-        f"{max(0.0, rq_live) / 2**20:.0f} MiB; the events stream is capped at "
-        f"{defaults.worker.events_maxlen} entries"
+        f"rq_record_ttl {record_ttl} s): about {max(0.0, rq_live) / 2**20:.0f} MiB; the "
+        f"events stream is capped at {defaults.worker.events_maxlen} entries"
     )
     bench_out.summary.append(
         f"steady load {achieved:.0f} calls/s for {seconds:g} s on {args.steady_workers} "

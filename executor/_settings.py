@@ -312,10 +312,12 @@ class ClientGroup(SettingsGroup):
     session_idle_ttl: float = setting(
         24 * 3600.0, "SESSION_IDLE_TTL", "seconds a new session lives without calls"
     )
-    # How long RQ keeps a finished job's own record (its hash). toolpool's result keys
-    # (result_ttl) are what callers read; RQ needs its records only minutes.
+    # How long RQ keeps a finished job's own record (its hash and finished-registry entry).
+    # toolpool's result keys (result_ttl) are what callers read, and nothing of toolpool reads
+    # a finished job's record: by default none is kept (it cost 1.7 KB a call, more than the
+    # call's own keys). A positive value keeps it for rq-dashboard's list of finished jobs.
     rq_record_ttl: int = setting(
-        600, "RQ_RECORD_TTL", "seconds RQ keeps the record of a job that ended well"
+        0, "RQ_RECORD_TTL", "seconds RQ keeps the record of a job that ended well (0: none)"
     )
 
 

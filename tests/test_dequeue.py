@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,20 +23,36 @@ from rq.serializers import JSONSerializer
 
 from executor import Sessions, Settings, ToolStatus
 from executor._rq.dequeue import ReliableQueue
+from executor._rq.doorbell import ring
 from executor.client import Executor
+from executor.wire import Keys
 from tests.support.procs import running_pool
 from tests.support.waiting import wait_for
 
-
-def _queue(client: redis.Redis, name: str) -> Queue:
-    return Queue(name, connection=client, serializer=JSONSerializer)
-
-
-def _job(queue: Queue, job_id: str) -> Job:
-    return queue.enqueue_call(func="workers.pipeline._job.execute", args=({},), job_id=job_id)
+# What a dequeue may send: waits (BLPOP on doorbells, RQ's BLMOVE) and takes (the script).
+_DEQUEUE_COMMANDS = ("blpop", "blmove", "evalsha", "eval")
 
 
-def _take(client: redis.Redis, queues: list[Queue], timeout: int | None) -> Job:
+def _queue(client: redis.Redis, name: str) -> ReliableQueue:
+    return ReliableQueue(
+        name, connection=client, serializer=JSONSerializer, doorbell=Keys().doorbell(name)
+    )
+
+
+def _job(queue: ReliableQueue, job_id: str) -> Job:
+    """Enqueue a job and ring its queue's doorbell, in one transaction (as toolpool does)."""
+    assert queue.doorbell is not None
+    with queue.connection.pipeline() as pipe:
+        pipe.multi()
+        job = queue.enqueue_call(
+            func="workers.pipeline._job.execute", args=({},), job_id=job_id, pipeline=pipe
+        )
+        ring(pipe, queue.doorbell, 1)
+        pipe.execute()
+    return job
+
+
+def _take(client: redis.Redis, queues: list[ReliableQueue], timeout: int | None) -> Job:
     taken = ReliableQueue.dequeue_any(queues, timeout, client, serializer=JSONSerializer)
     assert taken is not None
     return taken[0]
@@ -63,15 +80,40 @@ def test_the_queues_are_taken_in_their_order(client: redis.Redis) -> None:
     assert ReliableQueue.dequeue_any([first, second], None, client) is None
 
 
-def test_a_waiting_dequeue_takes_a_job_pushed_on_any_queue(client: redis.Redis) -> None:
-    first, second = _queue(client, "first"), _queue(client, "second")
+def _dequeue_commands(client: redis.Redis) -> Counter[str]:
+    """The server's count of each command a dequeue may send, so far."""
+    stats = client.info("commandstats")
+    return Counter(
+        {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in _DEQUEUE_COMMANDS}
+    )
+
+
+def _blocked(client: redis.Redis) -> list[str]:
+    """The commands clients block in now."""
+    return [c["cmd"] for c in client.client_list() if "b" in c.get("flags", "")]
+
+
+@pytest.mark.parametrize("pushed_on", [0, 1], ids=["first-queue", "second-queue"])
+def test_a_waiting_dequeue_takes_a_job_on_either_queue_with_one_blocking_command(
+    client: redis.Redis, pushed_on: int
+) -> None:
+    queues = [_queue(client, "first"), _queue(client, "second")]
+    before = _dequeue_commands(client)
     taken: list[Job] = []
-    waiting = threading.Thread(target=lambda: taken.append(_take(client, [first, second], 30)))
+    waiting = threading.Thread(target=lambda: taken.append(_take(client, queues, 30)))
     waiting.start()
-    _job(second, "pushed")
+    wait_for(lambda: _blocked(client) == ["blpop"], "the dequeue to wait on both doorbells")
+
+    _job(queues[pushed_on], "pushed")
     waiting.join(30)
+
     assert [job.id for job in taken] == ["pushed"]
-    assert _intermediate(client, second) == [b"pushed"]
+    assert _intermediate(client, queues[pushed_on]) == [b"pushed"]
+    sent = _dequeue_commands(client) - before
+    # A look that found nothing, one wait that the ring ended, the look that took the job:
+    # never a wait on one queue while the job sat on the other.
+    assert (sent["blpop"], sent["evalsha"] + sent["eval"]) == (1, 2), sent
+    assert sent["blmove"] == 0, sent
 
 
 def test_a_dequeue_with_nothing_to_take_times_out(client: redis.Redis) -> None:

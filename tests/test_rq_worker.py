@@ -101,10 +101,11 @@ def test_idle_goes_with_the_jobs_last_pipeline_and_a_stop_meanwhile_is_warm(
     assert client.hget(worker.key, "state") == b"busy"
 
 
-def test_a_finished_call_keeps_rqs_record_but_not_a_second_copy_of_its_result(
+def test_with_a_record_ttl_a_finished_call_keeps_rqs_record_but_no_copy_of_its_result(
     redis_url: str, tmp_path: Path
 ) -> None:
-    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    # By default RQ keeps no record at all (tests/test_rq_records.py).
+    settings = Settings(redis_url=redis_url, workspace=tmp_path, rq_record_ttl=600)
     assert settings.redis.url
     with Executor(settings=settings, registry=dist_tools.registry()) as executor:
         turn = executor.submit([{"id": "r1", "name": "echo", "arguments": {"text": "hi"}}])

@@ -574,6 +574,7 @@ def test_a_worker_refuses_a_call_of_a_session_on_another_host(
     enqueue_turn(
         queue,
         [[job]],
+        doorbell=keys.doorbell(queue.name),
         barrier_key=keys.turn_barrier(job.turn_id),
         barrier_ttl=600,
         result_ttl=600,

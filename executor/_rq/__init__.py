@@ -4,7 +4,8 @@
   timestamps, for the Lua that releases a turn's next batch.
 - ``jobs``: the one entry point, the queues, enqueueing a turn and a session's folder work,
   reading and ending jobs, the registries the pool sweeps.
-- ``dequeue``: taking a job off several queues without losing it.
+- ``dequeue``: taking a job off several queues at once without losing it.
+- ``doorbell``: what enqueuers ring so that a worker of several queues wakes for any of them.
 - ``worker``: the worker classes that run only toolpool's entry point.
 - ``state``: what the dashboard and the metrics read of RQ's workers and registries.
 

@@ -13,7 +13,6 @@ puts the next batch on the queue in the same script (``executor.wire.ResultStore
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 
 import redis
@@ -24,6 +23,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.utils import as_text
 
+from executor._rq.doorbell import ring
 from executor.wire._keys import Keys
 from executor.wire._turns import CallJob, job_id
 
@@ -69,27 +69,35 @@ def named_queue(client: redis.Redis, name: str) -> Queue:
     return Queue(name, connection=client, serializer=JSONSerializer)
 
 
-def enqueue_session_op(queue: Queue, payload: dict[str, object]) -> Job:
-    """Send a session's folder work (create, delete) to its host's queue, ahead of calls.
+def enqueue_session_op(queue: Queue, payload: dict[str, object], *, doorbell: str) -> Job:
+    """Send a session's folder work (create, delete) to its host's queue, ahead of calls,
+    ringing the queue's ``doorbell`` (``Keys.doorbell``) in the same transaction.
 
     The same entry point as calls: a worker tells the two apart by the payload's
     ``session_op``.
     """
-    return queue.enqueue_call(
-        func=ENTRY_POINT,
-        args=(payload,),
-        timeout=-1,
-        result_ttl=600,
-        failure_ttl=600,
-        at_front=True,
-        description=f"session {payload.get('session_op')} {payload.get('name')}",
-    )
+    with queue.connection.pipeline() as pipe:
+        pipe.multi()
+        job = queue.enqueue_call(
+            func=ENTRY_POINT,
+            args=(payload,),
+            timeout=-1,
+            result_ttl=600,
+            failure_ttl=600,
+            at_front=True,
+            description=f"session {payload.get('session_op')} {payload.get('name')}",
+            pipeline=pipe,
+        )
+        ring(pipe, doorbell, 1)
+        pipe.execute()
+    return job
 
 
 def enqueue_turn(
     queue: Queue,
     batches: Sequence[Sequence[CallJob]],
     *,
+    doorbell: str,
     barrier_key: str,
     barrier_ttl: int,
     result_ttl: int,
@@ -98,9 +106,11 @@ def enqueue_turn(
     """Store a whole turn in one transaction: its first batch on ``queue``, its later calls
     waiting, and the barrier that releases each later batch once the one before has results.
 
+    ``doorbell``: the queue's (``Keys.doorbell``), rung for the first batch's jobs.
     ``result_ttl``: how long RQ keeps the record of a job that ended well (toolpool keeps the
-    call's result itself); ``failure_ttl``: of one that failed, for whoever looks into it;
-    ``barrier_ttl``: of the barrier and of the waiting jobs, as long as the turn's plan.
+    call's result itself; 0: the worker deletes the record as the job ends, and nothing of RQ
+    stays); ``failure_ttl``: of one that failed, for whoever looks into it; ``barrier_ttl``:
+    of the barrier and of the waiting jobs, as long as the turn's plan.
 
     RQ's own job timeout is off (-1): the runner enforces each tool's limit, and SIGALRM
     would fire inside whatever the worker is doing, the lock's bookkeeping included.
@@ -150,6 +160,7 @@ def enqueue_turn(
                 # good. The release takes the expiry off, as a queued RQ job has none.
                 pipe.expire(waiting.key, barrier_ttl)
                 queue.deferred_job_registry.add(waiting, pipeline=pipe)
+        ring(pipe, doorbell, len(batches[0]) if batches else 0)
         pipe.execute()
 
 
@@ -162,9 +173,17 @@ def fetch_job(client: redis.Redis, rq_job_id: str) -> Job | None:
 
 
 def job_status(client: redis.Redis, rq_job_id: str) -> JobStatus | None:
-    """RQ's status of a job, or None if RQ no longer knows it."""
-    job = fetch_job(client, rq_job_id)
-    return None if job is None else job.get_status()
+    """RQ's status of a job, or None if RQ keeps no record of it (never enqueued, expired, or
+    ended well: by default RQ keeps nothing of those).
+
+    One read: a job's worker deletes its record as the job ends, so a second read of a job
+    just fetched may find nothing (RQ's ``get_status`` then raises).
+    """
+    raw = client.hget(Job.key_for(rq_job_id), "status")
+    try:
+        return None if raw is None else JobStatus(as_text(raw))
+    except ValueError:  # not a status RQ writes: no job of ours
+        return None
 
 
 def call_of(job: Job) -> CallJob | None:
@@ -183,14 +202,22 @@ def end_job(client: redis.Redis, rq_job_id: str) -> bool:
     released the turn's next batch): this only keeps ``rq info`` from showing it running until
     RQ's own cleanup, minutes later.
     """
-    job = fetch_job(client, rq_job_id)
-    if job is None or job.get_status() in _TERMINAL:
-        return False
-    # ValueError: RQ's cancel reads the job's execution record, which may have expired.
-    with contextlib.suppress(InvalidJobOperation, ValueError):
-        job.cancel()
-        return True
-    return False
+    # Watched: the job's worker may end it (and delete its record) meanwhile; a cancel after
+    # that would write a record of the job back, with no expiry.
+    with client.pipeline() as pipe:
+        try:
+            pipe.watch(Job.key_for(rq_job_id))  # type: ignore[no-untyped-call]
+            job = fetch_job(client, rq_job_id)
+            if job is None or job.get_status(refresh=False) in _TERMINAL:
+                return False
+            pipe.multi()
+            job.cancel(pipeline=pipe)
+            pipe.execute()
+        # InvalidJobOperation: RQ's cancel found no status (the record went meanwhile);
+        # ValueError: it reads the job's execution record, which may have expired.
+        except (redis.WatchError, InvalidJobOperation, ValueError):
+            return False
+    return True
 
 
 def worker_key(name: str) -> str:
@@ -241,8 +268,11 @@ def dequeued_not_started(queue: Queue) -> list[str]:
     return [rq_job_id for rq_job_id in dict.fromkeys(waiting) if rq_job_id not in started]
 
 
-def requeue_dequeued(queue: Queue, rq_job_id: str, execution: Execution | None = None) -> bool:
-    """Put a job a lost worker took off ``queue`` but never started back at its head.
+def requeue_dequeued(
+    queue: Queue, rq_job_id: str, execution: Execution | None = None, *, doorbell: str
+) -> bool:
+    """Put a job a lost worker took off ``queue`` but never started back at its head, and
+    ring the queue's ``doorbell`` (``Keys.doorbell``).
 
     RQ 3's dequeue moves the job to the queue's intermediate list; the worker's start
     (``prepare_job_execution``) marks it started and takes it off that list in one
@@ -278,6 +308,7 @@ def requeue_dequeued(queue: Queue, rq_job_id: str, execution: Execution | None =
                 if execution is not None and job is not None:
                     execution.delete(job, pipeline=pipe)
                 queue.push_job_id(rq_job_id, pipeline=pipe, at_front=True)
+                ring(pipe, doorbell, 1)
                 pipe.execute()
             except redis.WatchError:
                 continue

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
-from redis.client import Pipeline
+from redis.client import Pipeline, PubSub, PubSubWorkerThread
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation, StopRequested
 from rq.job import Job, JobStatus
@@ -25,10 +25,11 @@ from rq.serializers import JSONSerializer
 from rq.utils import now as now_utc
 from rq.worker import WorkerStatus
 
+from executor._errors import ConfigurationError
 from executor._patience import patiently
 from executor._rq.dequeue import ReliableQueue
 from executor._rq.jobs import ENTRY_POINT
-from executor.wire import EventLog
+from executor.wire import EventLog, Keys
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,9 @@ class ToolpoolJob(Job):
 
     toolpool stores each call's result under its own key; for a job that ended well RQ would
     also add a result stream (about 4.7 KB of Redis for the record's lifetime, as much as
-    everything else of the call). The job's record, status and finished registry stay, so
-    ``rq info`` and rq-dashboard still list it; a failed job keeps RQ's result, its traceback.
+    everything else of the call). With a record TTL (``rq_record_ttl``; by default none is
+    kept) the job's record, status and finished registry stay that long, so rq-dashboard
+    lists it; a failed job keeps RQ's result, its traceback.
     """
 
     def _handle_success(
@@ -100,19 +102,23 @@ class ToolpoolJob(Job):
 
 class _RefusingMixin:
     """Checks every job before the worker's own ``execute_job`` runs any of it; takes jobs
-    off several queues without losing one (``executor._rq.dequeue``)."""
+    off several queues, waking for any of them at once, without losing one
+    (``executor._rq.dequeue``)."""
 
     queue_class = ReliableQueue
     job_class = ToolpoolJob
 
-    def __init__(self, queues: Iterable[Queue | str], *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, queues: Iterable[Queue | str], *args: Any, keys: Keys | None = None, **kwargs: Any
+    ) -> None:
+        """``keys``: where the queues' doorbells are, which a worker of several queues waits
+        on (``executor._rq.dequeue``); needed then, and only then."""
         # RQ checks each queue against ``queue_class``: plain queues become reliable ones.
-        reliable = [
-            queue
-            if isinstance(queue, (ReliableQueue, str))
-            else ReliableQueue(queue.name, connection=queue.connection, serializer=queue.serializer)
-            for queue in queues
-        ]
+        reliable = [_reliable(queue, kwargs.get("connection"), keys) for queue in queues]
+        if len(reliable) > 1 and any(queue.doorbell is None for queue in reliable):
+            raise ConfigurationError(
+                "a worker of several queues waits on their doorbells: pass keys=Keys(prefix)"
+            )
         self._beat_at = 0.0
         self._idle_sent = False
         self._state: str
@@ -126,6 +132,23 @@ class _RefusingMixin:
         # its catalog entry behind. Its warm-stop handler now comes first.
         self._install_signal_handlers()  # type: ignore[attr-defined]  # an RQ worker follows
         super().bootstrap(*args, **kwargs)  # type: ignore[misc]  # an RQ worker follows
+
+    def unsubscribe(self) -> None:
+        """RQ's end of its command channel (``rq`` shutdown, kill-horse), without a hang.
+
+        RQ sends UNSUBSCRIBE and then stops the thread that listens; redis-py 8's ``stop()``
+        waits for that thread without a limit, and a thread that had already read the reply
+        was in its next read, for up to a minute: a stopping worker hung that long. Told to
+        stop first, the thread ends with the reply's read.
+        """
+        thread: PubSubWorkerThread | None = self.pubsub_thread  # type: ignore[attr-defined]
+        pubsub = self.pubsub
+        if thread is None or pubsub is None:
+            return
+        thread.stop(timeout=0)
+        pubsub.unsubscribe()  # type: ignore[no-untyped-call]
+        thread.join(timeout=1)
+        pubsub.close()
 
     def work(self, *args: Any, **kwargs: Any) -> bool:
         try:
@@ -195,7 +218,13 @@ class _RefusingMixin:
             self.increment_successful_job_count(pipeline=pipe)  # type: ignore[attr-defined]
             self.increment_total_working_time(worked, pipe)  # type: ignore[attr-defined]
             result_ttl = job.get_result_ttl(self.default_result_ttl)  # type: ignore[attr-defined]
-            if result_ttl != 0:
+            if result_ttl == 0:
+                # No record kept (toolpool's default, ``rq_record_ttl``): the job's keys go in
+                # this transaction. RQ's own delete first reads the job's status and its
+                # executions (seven round trips) to find its registries; the only one a
+                # toolpool job is in here, the started registry, ``cleanup_execution`` leaves.
+                pipe.delete(job.key, job.dependents_key, job.dependencies_key)
+            else:
                 job._handle_success(
                     result_ttl,
                     pipeline=pipe,
@@ -204,7 +233,7 @@ class _RefusingMixin:
                     execution_started_at=execution.created_at,
                     execution_ended_at=job.ended_at,
                 )
-            job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
+                job.cleanup(result_ttl, pipeline=pipe, remove_from_queue=False)
             job._status = JobStatus.FINISHED
             self.cleanup_execution(job, pipe, execution=execution)
             pipe.execute()
@@ -237,6 +266,7 @@ class _RefusingMixin:
 
     connection: redis.Redis
     name: str
+    pubsub: PubSub | None
     events: EventLog | None = None
 
     def execute_job(self, job: Job, queue: Queue) -> Any:
@@ -252,6 +282,20 @@ class _RefusingMixin:
         if self.events is not None:
             self.events.emit("call_refused", job_id=job.id, reason=reason)
         return None
+
+
+def _reliable(
+    queue: Queue | str, connection: redis.Redis | None, keys: Keys | None
+) -> ReliableQueue:
+    """``queue`` as a ``ReliableQueue``, with its doorbell when ``keys`` says where it is."""
+    if isinstance(queue, str):
+        name, doorbell = queue, None
+    else:
+        name, connection = queue.name, queue.connection
+        doorbell = queue.doorbell if isinstance(queue, ReliableQueue) else None
+    if keys is not None:
+        doorbell = keys.doorbell(name)
+    return ReliableQueue(name, connection=connection, serializer=JSONSerializer, doorbell=doorbell)
 
 
 class ToolpoolWorker(_RefusingMixin, SimpleWorker):

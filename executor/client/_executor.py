@@ -310,9 +310,11 @@ class Executor:
             ]
             for batch_indexes in plan.batches
         ]
+        queue = self._queue_named(plan.queue or self.queue.name)
         enqueue_turn(
-            self._queue_named(plan.queue or self.queue.name),
+            queue,
             batches,
+            doorbell=self.keys.doorbell(queue.name),
             barrier_key=self.keys.turn_barrier(plan.turn_id),
             barrier_ttl=self.settings.worker.result_ttl,
             result_ttl=self.settings.client.rq_record_ttl,

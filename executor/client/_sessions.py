@@ -210,7 +210,9 @@ class Sessions:
         queue = named_queue(
             self.client, self.keys.host_queue_name(self.settings.client.queue, host)
         )
-        enqueue_session_op(queue, {**payload, "request_id": request_id})
+        enqueue_session_op(
+            queue, {**payload, "request_id": request_id}, doorbell=self.keys.doorbell(queue.name)
+        )
         blocking = connect(self.redis_url or "", blocking_s=timeout)
         try:
             reply = blocking.blpop([self.keys.session_reply(request_id)], timeout=timeout)

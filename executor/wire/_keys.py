@@ -40,6 +40,8 @@ Calls and turns (prefix ``toolpool``)::
     toolpool:session:<name>:calls        ZSET   call ids sent to the session -> submit time
     toolpool:session-reply:<request>     LIST   a host's answer to one create or delete
     toolpool:session-sweep:<host>        STRING held by the one worker of a host that sweeps
+    toolpool:doorbell:<queue name>       LIST   a token per job put on the RQ queue, for the
+                                                workers that wait on several queues (BLPOP)
     RQ queue ``toolpool.<queue>@<host>``  the calls of the sessions that live on ``host``
     RQ queue ``toolpool.<queue>``        RQ's own keys (``rq:queue:toolpool.default``, ...)
 
@@ -165,6 +167,12 @@ class Keys:
         if "@" in host:
             raise ValueError(f"Invalid host name {host!r}: it may not contain '@'.")
         return f"{self.queue_name(queue)}@{host}"
+
+    def doorbell(self, queue_name: str) -> str:
+        """The doorbell of the RQ queue ``queue_name`` (a full name: ``queue_name()`` or
+        ``host_queue_name()``): whoever puts jobs on the queue rings it, and a worker that
+        serves several queues waits on their doorbells."""
+        return f"{self.prefix}:doorbell:{queue_name}"
 
     @property
     def sessions_index(self) -> str:

@@ -10,6 +10,7 @@ from redis.client import Pipeline
 from executor import _texts as texts
 from executor._errors import ToolpoolError
 from executor._rq import names as rq_names
+from executor._rq.doorbell import EXPIRY_S, TOKENS_KEPT
 from executor.wire._acks import Acks
 from executor.wire._keys import Keys
 from executor.wire._models import ToolResult
@@ -91,9 +92,10 @@ class ResultStore:
                 self.keys.turn_barrier(turn_id),
                 rq_names.queue_key(then.queue),
                 rq_names.deferred_key(then.queue),
+                self.keys.doorbell(then.queue),
                 *(rq_names.job_key(job) for job in then.jobs),
             ]
-            args += [then.batch, rq_names.timestamp(), *then.jobs]
+            args += [then.batch, rq_names.timestamp(), TOKENS_KEPT, EXPIRY_S, *then.jobs]
         return keys, args
 
     @staticmethod

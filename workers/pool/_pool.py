@@ -53,8 +53,12 @@ log = logging.getLogger(__name__)
 _QUICK_DEATH_S = 5.0
 _BACKOFF_FIRST_S = 0.5
 _BACKOFF_MAX_S = 30.0
-# How often the supervisor looks for jobs stranded between RQ's dequeue and a start.
+# How often the supervisor looks for jobs stranded between RQ's dequeue and a start while it
+# sees jobs taken or running. After a look that saw none, the next waits twice as long, up to
+# ``idle_sweep_s``: an idle pool sends next to nothing, and a job stranded after a quiet spell
+# goes back within that plus the grace.
 _SWEEP_INTERVAL_S = 1.0
+IDLE_SWEEP_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,8 @@ class WorkerPool:
     ``run()`` does both around a wait for SIGINT/SIGTERM (the CLI's foreground mode). Also a
     context manager. ``forking`` picks RQ's forking worker (a process per call) instead of the
     in-process one. ``read_only`` and ``disabled_tools`` narrow what the children serve
-    (``workers.pool._process.served_registry``). ``env`` adds variables to the children's
+    (``workers.pool._process.served_registry``). ``idle_sweep_s``: the longest wait between
+    two looks for stranded jobs while none are seen. ``env`` adds variables to the children's
     environment.
     """
 
@@ -118,6 +123,7 @@ class WorkerPool:
         logging_level: str = "WARNING",
         grace: float = 60.0,
         check_interval: float = 0.5,
+        idle_sweep_s: float = IDLE_SWEEP_S,
         env: Mapping[str, str] | None = None,
         python: str = sys.executable,
     ) -> None:
@@ -137,6 +143,7 @@ class WorkerPool:
         self.logging_level = logging_level.upper()
         self.grace = grace
         self.check_interval = check_interval
+        self.idle_sweep_s = max(idle_sweep_s, _SWEEP_INTERVAL_S)
         self.python = python
         self._env = {**settings_environment(self.settings), **(env or {})}
         self._pool_id = uuid.uuid4().hex[:12]
@@ -145,6 +152,7 @@ class WorkerPool:
         self._started = False
         self._halt = threading.Event()  # tells the supervisor thread to end
         self._next_sweep = 0.0
+        self._sweep_every = _SWEEP_INTERVAL_S
         self._thread: threading.Thread | None = None
         # Set by signal handlers: plain attributes, since a handler must not take a lock
         # that the interrupted code may hold.
@@ -297,11 +305,15 @@ class WorkerPool:
     def _check(self) -> None:
         """One supervision round: dead children, replacements when due, stranded jobs."""
         if time.monotonic() >= self._next_sweep:
-            self._next_sweep = time.monotonic() + _SWEEP_INTERVAL_S
             try:
-                self._reaper.sweep_dequeued()
+                busy = self._reaper.sweep_dequeued()
             except redis.RedisError as exc:
+                busy = True
                 log.debug("toolpool: sweep of dequeued jobs skipped: %s", exc)
+            self._sweep_every = (
+                _SWEEP_INTERVAL_S if busy else min(2 * self._sweep_every, self.idle_sweep_s)
+            )
+            self._next_sweep = time.monotonic() + self._sweep_every
         for slot in self._slots:
             if slot.process is not None and slot.process.poll() is not None:
                 self._on_exit(slot, expected=False)
@@ -369,6 +381,9 @@ class WorkerPool:
         )
         ran_for = time.monotonic() - slot.started_at
         slot.dead = DeadChild(slot.name, process.pid, slot.token, reason)
+        # It may leave a job taken and never started, for the sweeps to put back.
+        self._sweep_every = _SWEEP_INTERVAL_S
+        self._next_sweep = 0.0
         if expected:
             # SIGTERM itself kills a child that had not yet installed RQ's handlers.
             level = logging.INFO if code in (0, -signal.SIGTERM) else logging.WARNING

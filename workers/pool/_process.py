@@ -112,7 +112,7 @@ def run_worker(
         raise ConfigurationError(
             "This worker would take no calls: give it a workspace, a sessions root, or both."
         )
-    worker = worker_class(queues, connection=runtime.client, name=name)
+    worker = worker_class(queues, connection=runtime.client, name=name, keys=runtime.keys)
     worker.events = runtime.events
     logging.getLogger("rq.worker").setLevel(logging_level)
     entry = WorkerCatalog.build(

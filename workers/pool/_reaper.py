@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from executor import Settings, ToolpoolError
 from executor import _texts as texts
 from executor._connect import STANDARD, connect
+from executor._rq.doorbell import ring_if_silent, wake
 from executor._rq.jobs import (
     Execution,
     JobStatus,
@@ -137,6 +138,9 @@ class Reaper:
             for queue in self._served_queues(dead.name):
                 self._end_started_jobs(dead, queue)
                 self._requeue_dequeued_jobs(dead, queue)
+                # It may have died between its wait on the doorbell and its take, with the
+                # token of a job still on the queue: a worker still waiting wakes for it.
+                wake(self._client, queue.key, self._keys.doorbell(queue.name))
             forget_worker(self._client, dead.name)
         except (redis.RedisError, ToolpoolError) as exc:
             log.warning(
@@ -278,8 +282,10 @@ class Reaper:
         for rq_job_id in dequeued_not_started(queue):
             self._requeue(dead, queue, rq_job_id, "no other live worker serves its queue")
 
-    def sweep_dequeued(self) -> None:
-        """Put back jobs that sat unstarted in the pool queue's intermediate list too long.
+    def sweep_dequeued(self) -> bool:
+        """Put back jobs that sat unstarted in the pool queue's intermediate list too long;
+        True if it saw any job queued, taken or started (the pool looks again soon, else
+        later). A queue with jobs but no doorbell token is rung (a ring lost on the way).
 
         No worker has to die for this: a worker cut off from Redis while its dequeue (BLMOVE)
         was answered never receives the job, lives on and dequeues again, and the job waits
@@ -294,7 +300,10 @@ class Reaper:
         now = time.monotonic()
         why = f"no worker started it within {self._grace:g} s of its dequeue"
         seen: dict[str, float] = {}
+        queued = False
         for queue in self._pool_queues():
+            # Jobs on the queue with no token on its doorbell: a ring was lost on the way.
+            queued |= ring_if_silent(self._client, queue.key, self._keys.doorbell(queue.name))
             waiting = dequeued_not_started(queue)
             seen.update({job: self._first_seen.get(job, now) for job in waiting})
             for rq_job_id in waiting:
@@ -306,6 +315,7 @@ class Reaper:
                 if now - seen[marked] >= self._grace:
                     self._end_answered(marked.removeprefix("started:"))
         self._first_seen = seen
+        return bool(seen) or queued
 
     def _end_answered(self, rq_job_id: str) -> None:
         """End a job RQ still records as started although its call is answered and nobody
@@ -346,7 +356,9 @@ class Reaper:
         why: str,
         execution: Execution | None = None,
     ) -> None:
-        if not requeue_dequeued(queue, rq_job_id, execution):
+        if not requeue_dequeued(
+            queue, rq_job_id, execution, doorbell=self._keys.doorbell(queue.name)
+        ):
             return
         found: dict[str, Any] = {}
         job = fetch_job(self._client, rq_job_id)

@@ -12,8 +12,11 @@ invoke), in a temporary workspace removed at the end, in three modes:
 - ``sandbox, no cgroup``: the same without the limits that need a cgroup (processes, memory,
   total CPU): what bubblewrap itself costs.
 
-Commands: ``true`` (the fixed cost) and ``sleep 0.1`` (a sleeping process; on some kernels it
-wakes late inside a cgroup, and that shows here). Each round calls every mode once, with
+Commands: ``true`` (the fixed cost) and ``sleep 0.1``. A worker makes each command's launch
+ahead (``workers.tools._shell_warm``): after a mode's first call, its calls find their cgroup
+joined and their sandbox made, and the next one's is made in the background meanwhile, as on
+a worker; ``benchmarks.sandbox_parts`` times a launch made in the call, stage by stage, and
+``benchmarks.sandbox_pool`` the same calls through a pool. Each round calls every mode once, with
 ``unconfined`` between the first two confined modes and the order reversed every other round,
 so load hits all modes alike and each confined call is paired with the unconfined one of its
 round (right before or after it, for the first two). Per run, mode and command: the median

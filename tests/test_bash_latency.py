@@ -20,9 +20,11 @@ import pytest
 
 from executor import ToolContext
 from executor.contract import Workspace
+from tests.support.waiting import PATIENCE_S
 from workers.tools import _confine, _shell_run
 from workers.tools._cgroup import Cgroups
 from workers.tools._shell_settings import BashSettings
+from workers.tools._shell_warm import units
 from workers.tools.shell import bash
 
 _PAIRS = 30
@@ -192,10 +194,14 @@ def test_without_a_pidfd_the_exit_is_still_polled_for(
 def test_no_descriptor_is_left_open(context: ToolContext) -> None:
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("open descriptors are counted through /proc")
+    # Counted once the launch made ahead for the next call is ready (its pipes are open):
+    # every call leaves exactly one such launch, and no descriptor of its own.
     _tool(context, "true")()
+    assert units().settle(PATIENCE_S)
     before = len(os.listdir("/proc/self/fd"))
 
     for command in ("true", "sleep 5 & echo hi", "exit 1"):
         _tool(context, command)()
 
+    assert units().settle(PATIENCE_S)
     assert len(os.listdir("/proc/self/fd")) == before

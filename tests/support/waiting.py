@@ -31,6 +31,6 @@ def gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, it was read
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

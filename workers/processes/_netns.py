@@ -3,9 +3,12 @@
 Sandboxed commands otherwise get a fresh, empty network each; a server started in the
 background would then be out of reach of the session's next command. So a session's commands
 (``bash`` and its background processes) join one namespace of the session's own, held open by
-a small holder process (``python -m workers.processes._netns FOLDER``): its loopback is up,
-nothing else is in it, and no other session can reach it. The holder lives until the session
-is deleted or expires, or the pool on this host stops; the next command makes a new one.
+a small holder process: its loopback is up, nothing else is in it, and no other session can
+reach it. The holder lives until the session is deleted or expires, or the pool on this host
+stops; the next command makes a new one. It is started by the session's first command, so it
+starts light: a Python of the standard library alone (``python -I -S -c _HOLD FOLDER``, about
+20 ms, where one importing toolpool takes 100 ms and more), which makes the namespace and
+becomes the shell that keeps it.
 
 Joining another process's namespace takes ``CAP_SYS_ADMIN``: a worker running as root does it
 with ``nsenter``. Elsewhere ``join`` says why it cannot, and each command keeps its own empty
@@ -15,17 +18,14 @@ network (the tools say so in their answer).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
 import shutil
 import signal
-import socket
-import struct
 import sys
 from pathlib import Path
 
-from workers.processes._daemon import NETNS_OF, daemon_env, detach, failed, ready, start_daemon
+from workers.processes._daemon import NETNS_OF, daemon_env, start_daemon
 from workers.processes._place import NETNS_PID, daemon_alive
 
 _CLONE_NEWNET = 0x40000000
@@ -45,7 +45,7 @@ def join(host_folder: Path) -> tuple[list[str], str]:
     with _locked(host_folder / f"{NETNS_PID}.lock"):
         pid = _holder(host_folder)
         if pid is None or not daemon_alive(pid, marker):
-            argv = [sys.executable, "-m", "workers.processes._netns", marker]
+            argv = [sys.executable, "-I", "-S", "-c", _HOLD, marker]
             env = daemon_env({NETNS_OF: marker})
             pid = start_daemon(argv, env, "the session network")
             (host_folder / NETNS_PID).write_text(str(pid))
@@ -74,34 +74,38 @@ def _locked(path: Path):  # type: ignore[no-untyped-def]
         yield
 
 
-def _loopback_up() -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        request = struct.pack("16sH14s", b"lo", 0, b"")
-        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
-        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | _IFF_UP, b""))
-
-
 # What the holder becomes once its namespace is made: a shell that keeps it (a Python would
 # hold 20 MiB for nothing) while the session's host folder exists, until SIGTERM.
 _KEEP = "trap 'kill $! 2>/dev/null; exit 0' TERM; while [ -d \"$1\" ]; do sleep 30 & wait $!; done"
 
-
-def _hold(marker: str) -> None:
-    """The holder: a namespace of its own with the loopback up, until told to stop."""
-    detach()
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(_CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-        _loopback_up()
-    except OSError as exc:
-        failed(f"the session network could not be made: {exc}")
-        return
-    os.setsid()
-    ready()
-    # The same pid, and the marker still an argument of its own (``daemon_alive``).
-    os.execv("/bin/sh", ["sh", "-c", _KEEP, "toolpool-netns", marker])
-
-
-if __name__ == "__main__":
-    _hold(sys.argv[1])
+# The holder (``python -I -S -c _HOLD FOLDER``), of the standard library alone. As any daemon
+# of ours (``workers.processes._daemon``): it forks, its first process exiting at once; says
+# ``ready PID`` or ``error MESSAGE`` on its standard output, then stops writing there. Its
+# namespace made with the loopback up, it becomes the shell that keeps it: the same pid, and
+# the folder still an argument of its own (``daemon_alive``).
+_HOLD = f"""
+import ctypes, fcntl, os, socket, struct, sys
+if os.fork():
+    os._exit(0)
+def say(line):
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.close(null)
+try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare({_CLONE_NEWNET}) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        asked = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock, {_SIOCGIFFLAGS}, asked))[1]
+        up = struct.pack("16sH14s", b"lo", flags | {_IFF_UP}, b"")
+        fcntl.ioctl(sock, {_SIOCSIFFLAGS}, up)
+except OSError as exc:
+    say("error " + " ".join(f"the session network could not be made: {{exc}}".split()))
+    sys.exit(1)
+os.setsid()
+say(f"ready {{os.getpid()}}")
+os.execv("/bin/sh", ["sh", "-c", {_KEEP!r}, "toolpool-netns", sys.argv[1]])
+"""

@@ -19,8 +19,10 @@ import contextlib
 import itertools
 import os
 import secrets
+import selectors
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -304,16 +306,34 @@ class CallCgroup:
                 found.update(int(line) for line in Path(path).read_text().split())
         return found
 
-    def kill(self) -> bool:
-        """SIGKILL every process left in the cgroups; True if there was one."""
+    def kill(self, spare: Callable[[int], bool] | None = None) -> bool:
+        """SIGKILL every process left in the cgroups and wait until they are gone; True if
+        there was one. A process ``spare`` names is killed but not waited for (a sandbox's
+        init, which runs no command code and takes its namespaces down as it goes)."""
         killed = False
         end = time.monotonic() + _EMPTY_WAIT
-        while (left := self.pids()) and time.monotonic() < end:
+        ended: set[int] = set()
+        while (left := self.pids() - ended) and time.monotonic() < end:
             killed = True
+            waits = {}
             for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)  # the kernel removes an exiting process from its cgroup shortly
+                try:
+                    handle = _pidfd(pid)
+                except ProcessLookupError:
+                    ended.add(pid)  # gone since the list was read: nothing to kill
+                    continue
+                _sigkill(pid, handle)
+                if handle is None:
+                    continue
+                if spare is not None and spare(pid):
+                    os.close(handle)
+                    ended.add(pid)
+                else:
+                    waits[handle] = pid
+            if not waits and left - ended:
+                time.sleep(0.01)  # no pidfds here: the kernel removes an exiting process shortly
+            # A pidfd is readable once its process has exited (a zombie listed a while yet).
+            ended.update(_exited(waits, end - time.monotonic()))
         return killed
 
     def remove(self) -> None:
@@ -323,6 +343,49 @@ class CallCgroup:
             with contextlib.suppress(OSError):
                 folder.rmdir()
         self._dirs.clear()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd for ``pid``; None where pidfds are missing or refused (``ProcessLookupError``:
+    the process is gone)."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None:
+        return None
+    try:
+        fd: int = pidfd_open(pid)
+    except ProcessLookupError:
+        raise
+    except OSError:
+        return None
+    return fd
+
+
+def _sigkill(pid: int, handle: int | None) -> None:
+    # Through the pidfd where there is one: the pid cannot have been reused meanwhile.
+    with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+        if handle is not None:
+            signal.pidfd_send_signal(handle, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _exited(waits: dict[int, int], timeout: float) -> set[int]:
+    """Wait up to ``timeout`` for the processes of the pidfds ``waits`` to exit; the pids of
+    those that did. Closes every pidfd."""
+    done: set[int] = set()
+    try:
+        with selectors.DefaultSelector() as selector:
+            for handle in waits:
+                selector.register(handle, selectors.EVENT_READ)
+            end = time.monotonic() + max(timeout, 0.0)
+            while len(done) < len(waits) and (left := end - time.monotonic()) > 0:
+                for key, _ in selector.select(left):
+                    selector.unregister(key.fd)
+                    done.add(waits[key.fd])
+    finally:
+        for handle in waits:
+            os.close(handle)
+    return done
 
 
 def _counter_in(path: Path, key: str) -> int:

@@ -17,12 +17,19 @@ from __future__ import annotations
 import math
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from executor import ToolError
 from workers.tools._cgroup import CallCgroup, Cgroups, Limits, find_cgroups
-from workers.tools._sandbox import SANDBOX_HOME, SANDBOX_TMP, SandboxSpec, bwrap_argv, probe
+from workers.tools._sandbox import (
+    SANDBOX_HOME,
+    SANDBOX_TMP,
+    SandboxSpec,
+    bwrap_argv,
+    probe,
+    sandbox_init,
+)
 from workers.tools._sandbox import hidden_paths as _hidden_paths
 from workers.tools._shell_settings import BashSettings
 
@@ -38,6 +45,8 @@ _LAUNCHER = (
     'exec "$@"'
 )
 LAUNCH_FAILED = 125
+# How a command's launch says it could not enter its working directory (``_shell_warm``).
+LAUNCH_NO_DIRECTORY = "toolpool-launch: cannot enter"
 # Variables that make a program load code or data of the caller's choosing (glibc's list of
 # those it drops for a setuid program, and every LD_ one): a session may export them, so
 # they never reach the launcher, nsenter or bubblewrap, which run outside the sandbox as
@@ -93,24 +102,33 @@ class Confinement:
         """Decide how a command with write access to ``workspace`` runs; make its cgroup.
         ``join_network``: a prefix that joins the session's own network namespace (used
         only in the sandbox, which then shares that namespace instead of an empty one)."""
-        bwrap: str | None = None
-        env: dict[str, str] = {}
-        if settings.sandbox != "off":
-            found = probe(settings.network)
-            if found.bwrap is not None:
-                bwrap = found.bwrap
-                env = {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP}
-            elif settings.sandbox == "required":
-                raise ToolError(
-                    f"bash needs its sandbox on this worker (sandbox mode 'required'), but "
-                    f"{found.reason}; nothing ran. Ask the operator to fix the worker."
-                )
-        cgroups = find_cgroups()
+        return cls.made(
+            settings,
+            find_cgroups(),
+            sandbox_for(settings),
+            workspace,
+            worker_folders,
+            join_network or [],
+        )
+
+    @classmethod
+    def made(
+        cls,
+        settings: BashSettings,
+        cgroups: Cgroups,
+        bwrap: str | None,
+        workspace: Path,
+        worker_folders: tuple[Path, ...] = (),
+        join_network: list[str] | tuple[str, ...] = (),
+    ) -> Confinement:
+        """The confinement ``prepare`` decides on, with the cgroups and the sandbox (bwrap's
+        path, or None: unconfined) already found; its cgroup made."""
+        env = {"HOME": SANDBOX_HOME, "TMPDIR": SANDBOX_TMP} if bwrap is not None else {}
         # In the sandbox the PID namespace ends what leaves the process group; without it,
         # the cgroup is what finds those processes.
         cgroup = _call_cgroup(cgroups, settings, track=bwrap is None)
         launcher = _launcher(settings, cgroups, cgroup)
-        joined = list(join_network or []) if bwrap is not None else []
+        joined = list(join_network) if bwrap is not None else []
         return cls(settings, workspace, bwrap, launcher, env, cgroup, worker_folders, joined)
 
     def __enter__(self) -> Confinement:
@@ -132,11 +150,24 @@ class Confinement:
         """What comes before ``bash -c COMMAND`` for a command starting in ``cwd``. ``env``:
         the command's environment, whose variables ``outside_env`` leaves out are set again
         inside the sandbox; run the result with ``outside_env(env)``."""
+        return [*self.launcher, *self.sandbox_argv(cwd, read_only_files, env)]
+
+    def sandbox_argv(
+        self,
+        cwd: Path,
+        read_only_files: tuple[Path, ...] = (),
+        env: Mapping[str, str] | None = None,
+        hidden: tuple[Path, ...] | None = None,
+    ) -> list[str]:
+        """``argv`` without the launcher: the session's network and bubblewrap ([] when
+        unconfined). ``hidden``: the paths to hide, if already read (``hidden_paths``)."""
         if self.bwrap is None:
-            return list(self.launcher)
+            return []
+        if hidden is None:
+            hidden = hidden_paths(self.settings, self.workspace, self.worker_folders)
         spec = SandboxSpec(
             self.workspace,
-            hidden_paths(self.settings, self.workspace, self.worker_folders),
+            hidden,
             network=self.settings.network or bool(self.join_network),
             tmp_bytes=self.settings.tmp_mb * _MIB,
             read_only_files=read_only_files,
@@ -147,10 +178,20 @@ class Confinement:
         sandbox[-1:-1] = [
             word
             for name in given
-            if _unsafe_outside(name)
+            if unsafe_outside(name)
             for word in ("--setenv", name, given[name])
         ]
-        return [*self.launcher, *self.join_network, *sandbox]
+        return [*self.join_network, *sandbox]
+
+    def placed(
+        self, workspace: Path, worker_folders: tuple[Path, ...], join_network: list[str]
+    ) -> Confinement:
+        """This confinement for a command in ``workspace`` (and the session's network): the
+        same launcher and cgroup, which stay this one's to close."""
+        joined = list(join_network) if self.bwrap is not None else []
+        return replace(
+            self, workspace=workspace, worker_folders=worker_folders, join_network=joined
+        )
 
     def outside_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """The environment to start ``argv(..., env)`` with: in the sandbox, ``env`` without
@@ -159,20 +200,26 @@ class Confinement:
         Unconfined, ``env`` as it is: nothing there is apart from the worker."""
         if self.bwrap is None:
             return dict(env)
-        return {name: value for name, value in env.items() if not _unsafe_outside(name)}
+        return {name: value for name, value in env.items() if not unsafe_outside(name)}
 
     def start_failure(self, returncode: int, stderr: str) -> str | None:
         """Why the command never ran (the launcher or the sandbox failed), or None."""
         first = stderr.lstrip().split("\n", 1)[0]
         if returncode == LAUNCH_FAILED and first.startswith("toolpool-launch:"):
+            if first.startswith(LAUNCH_NO_DIRECTORY):
+                return f"its working directory could not be entered ({first})"
             return f"its limits could not be applied ({first})"
         if self.sandboxed and returncode == 1 and first.startswith("bwrap:"):
             return f"the sandbox could not start ({first})"
         return None
 
-    def kill_left(self) -> bool:
-        """Kill the command's processes still in its cgroup; True if there were any."""
-        return self.cgroup is not None and self.cgroup.kill()
+    def kill_left(self, spare_init: bool = False) -> bool:
+        """Kill the command's processes still in its cgroup and wait for them to end; True
+        if there were any. ``spare_init``: the sandbox's init is killed but not waited for
+        (once bash has exited it only takes the sandbox's namespaces down)."""
+        if self.cgroup is None:
+            return False
+        return self.cgroup.kill(sandbox_init if spare_init else None)
 
     def cpu_over(self) -> bool:
         """True once the command's processes together used more than the CPU time limit."""
@@ -222,6 +269,26 @@ class Confinement:
             self.cgroup = None
 
 
+def sandbox_for(settings: BashSettings) -> str | None:
+    """bwrap's path where commands run in a sandbox, None where they run unconfined; a
+    ``ToolError`` where the sandbox is required and does not work here."""
+    if settings.sandbox == "off":
+        return None
+    found = probe(settings.network)
+    if found.bwrap is None and settings.sandbox == "required":
+        raise ToolError(
+            f"bash needs its sandbox on this worker (sandbox mode 'required'), but "
+            f"{found.reason}; nothing ran. Ask the operator to fix the worker."
+        )
+    return found.bwrap
+
+
+def available_cgroups() -> Cgroups:
+    """The cgroups this worker confines commands with (``find_cgroups``, read here so that a
+    stand-in for it reaches every user)."""
+    return find_cgroups()
+
+
 def hidden_paths(
     settings: BashSettings, workspace: Path, worker_folders: tuple[Path, ...] = ()
 ) -> tuple[Path, ...]:
@@ -230,7 +297,8 @@ def hidden_paths(
     return _hidden_paths(settings.hide, workspace, worker_folders)
 
 
-def _unsafe_outside(name: str) -> bool:
+def unsafe_outside(name: str) -> bool:
+    """Whether variable ``name`` makes a program load code or data of the caller's choosing."""
     return name.startswith("LD_") or name in _UNSAFE_OUTSIDE
 
 

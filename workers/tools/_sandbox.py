@@ -100,13 +100,15 @@ def hidden_paths(
     found: dict[Path, None] = {}
     candidates = [_expand(name, home) for name in names.split()]
     candidates.extend(path for path in also if path is not None)
+    # Read on every call (a path may appear at any time), so with one resolution each.
+    own = os.path.realpath(workspace)
     for path in candidates:
         try:
-            real = path.resolve(strict=True)
+            real = os.path.realpath(path, strict=True)
         except (OSError, RuntimeError):
             continue  # missing: nothing to hide
-        if real != workspace.resolve() and real != Path("/"):
-            found[real] = None
+        if real not in (own, "/"):
+            found[Path(real)] = None
     return tuple(found)
 
 
@@ -116,6 +118,20 @@ def _expand(name: str, home: Path) -> Path:
     if name.startswith("~/"):
         return home / name[2:]
     return Path(name)
+
+
+def sandbox_init(pid: int) -> bool:
+    """Whether ``pid`` is the first process of a PID namespace of its own (a sandbox's init,
+    bubblewrap's, which runs no command code), read from ``/proc/PID/status``."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            levels = line.split()[1:]
+            return len(levels) > 1 and levels[-1] == "1"
+    return False
 
 
 @dataclass(frozen=True)

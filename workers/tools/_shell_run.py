@@ -1,5 +1,5 @@
-"""One started ``bash -c``: its pipes read into capped streams, its end heard at once, its
-process group (and cgroup) cleaned up, its report rendered.
+"""One ``bash -c`` run in a launch made ahead (``_shell_warm``): its pipes read into capped
+streams, its end heard at once, its process group (and cgroup) cleaned up, its report rendered.
 
 ``ShellRun.finish`` waits for the command while watching the deadline, the cancel flag, the
 fence and the CPU time of the confinement; every way out kills what is left. The report is
@@ -25,6 +25,7 @@ from executor.contract import ToolContext
 from workers.processes._signals import group_members
 from workers.tools._confine import Confinement
 from workers.tools._shell_settings import BashSettings
+from workers.tools._shell_unit import Unit
 
 # Seconds a process group gets between SIGTERM and SIGKILL.
 _KILL_GRACE = 1.0
@@ -92,28 +93,10 @@ class ShellRun:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def start(
-        cls,
-        argv: list[str],
-        cwd: Path,
-        cap: int,
-        env: dict[str, str],
-        pass_fds: tuple[int, ...] = (),
-        confinement: Confinement | None = None,
-    ) -> ShellRun:
-        try:
-            process = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                pass_fds=pass_fds,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise ToolError(f"Could not start bash: {exc}. Try again later.") from None
+    def attach(cls, unit: Unit, script: bytes, cap: int, confinement: Confinement) -> ShellRun:
+        """Run ``script`` in ``unit`` (``_shell_warm``), whose process becomes the command;
+        ``confinement``: the unit's, as placed for this call."""
+        process = unit.process
         selector = selectors.DefaultSelector()
         streams: dict[int, CappedStream] = {}
         pipes: tuple[tuple[str, IO[bytes] | None], ...] = (
@@ -127,6 +110,7 @@ class ShellRun:
         pidfd = open_pidfd(process.pid)
         if pidfd is not None:
             selector.register(pidfd, selectors.EVENT_READ)
+        unit.go(script)
         return cls(process, streams, selector, confinement, pidfd)
 
     def finish(self, ctx: ToolContext, limit: float) -> str:

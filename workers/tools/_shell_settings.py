@@ -56,6 +56,12 @@ class BashSettings(SettingsGroup):
         1024, "BASH_FILE_SIZE_MB", "MiB of one file a command writes", check=_NO_LIMIT
     )
     tmp_mb: int = setting(512, "BASH_TMP_MB", "MiB of a sandboxed command's /tmp", check=_NO_LIMIT)
+    # Launches made ahead of commands, off the lock (docs/sandbox.md#made-ahead): a worker
+    # process keeps one launcher ready and the sandboxes of the last this-many places
+    # (sessions) it ran commands in; 0 makes each command's launch in its call.
+    warm: int = setting(
+        8, "BASH_WARM", "sandboxes a worker process keeps made ahead (0: none)", check=at_least(0)
+    )
     # Background processes of a session (process_start): how many run at once, and each
     # one's limits beyond a command's (memory and processes are bash's own, per process).
     background_max: int = setting(

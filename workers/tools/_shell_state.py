@@ -7,8 +7,11 @@ starts there, on any worker.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import tempfile
+import weakref
 from pathlib import Path
 
 from executor import WorkspaceError
@@ -25,40 +28,81 @@ _NOT_KEPT = (
 _MAX_KEPT_ENV = 64 * 1024
 
 
-class SessionShell:
-    """A session's shell state around one command: where it starts, and what it ends with.
+class ShellFiles:
+    """The two files that carry a session's shell state out of a command.
 
     bash reads a start-up file of ours first (``BASH_ENV``, which it unsets, so shells the
     command starts do not read it) that sets an ``EXIT`` trap: at the command's end (``exit``
-    included) bash writes its working directory and exported variables to a file descriptor
-    of ours. The command itself is run as given, so its errors read as without a session. A
-    command killed, or one that replaces the shell (``exec``) or sets its own ``EXIT`` trap,
-    keeps the earlier state.
+    included) bash writes its working directory and exported variables to ``fd``, an
+    anonymous file of ours that the command inherits. Made before the command (a sandbox made
+    ahead shows ``startup`` to the command it will run); ``close`` removes both.
     """
 
-    def __init__(self, ctx: ToolContext, state: ShellState, base_env: dict[str, str]) -> None:
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile()  # noqa: SIM115
+        self.fd = self._file.fileno()
+        save = f'__tp_rc=$?; {{ pwd -P; printf "\\0"; env -0; }} >&{self.fd} 2>/dev/null'
+        # Removed by this process only (``close``, or when dropped unclosed): a process forked
+        # from the worker holds copies of these objects, and its end must not remove the file.
+        self._startup = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            "w", prefix="toolpool-bash-", delete=False
+        )
+        self._startup.write(f"unset BASH_ENV\ntrap '{save}; exit $__tp_rc' EXIT\n")
+        self._startup.flush()
+        # The sandbox shows the command this one file of the worker's temporary folder.
+        self.startup = Path(self._startup.name)
+        self._removal = weakref.finalize(self, _remove_as, os.getpid(), self.startup)
+
+    def written(self) -> bytes:
+        """What the command's shell wrote at its end (nothing if it never got there)."""
+        self._file.seek(0)
+        return self._file.read()
+
+    def close(self) -> None:
+        self._file.close()
+        self._startup.close()
+        self._removal()
+
+
+def _remove_as(owner: int, path: Path) -> None:
+    if os.getpid() == owner:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+class SessionShell:
+    """A session's shell state around one command: where it starts, and what it ends with.
+
+    The command runs as given, with ``files`` (``ShellFiles``) saying where it ended, so its
+    errors read as without a session. A command killed, or one that replaces the shell
+    (``exec``) or sets its own ``EXIT`` trap, keeps the earlier state. ``files``: made ahead
+    with a sandbox, and closed with it; else made here and closed on leaving.
+    """
+
+    def __init__(
+        self,
+        ctx: ToolContext,
+        state: ShellState,
+        base_env: dict[str, str],
+        files: ShellFiles | None = None,
+    ) -> None:
         self._ctx = ctx
         self._state = state
         self._base_env = base_env
         self.notes: list[str] = []
         self.cwd = self._start_dir()
-        self._file = tempfile.TemporaryFile()  # noqa: SIM115
-        self.fd = self._file.fileno()
-        save = f'__tp_rc=$?; {{ pwd -P; printf "\\0"; env -0; }} >&{self.fd} 2>/dev/null'
-        # Both files are closed (and so removed) by __exit__.
-        self._startup = tempfile.NamedTemporaryFile("w", prefix="toolpool-bash-")  # noqa: SIM115
-        self._startup.write(f"unset BASH_ENV\ntrap '{save}; exit $__tp_rc' EXIT\n")
-        self._startup.flush()
-        # The sandbox shows the command this one file of the worker's temporary folder.
-        self.startup = Path(self._startup.name)
-        self.env = {**base_env, **state.env, "BASH_ENV": self._startup.name}
+        self._own = files is None
+        self.files = ShellFiles() if files is None else files
+        self.fd = self.files.fd
+        self.startup = self.files.startup
+        self.env = {**base_env, **state.env, "BASH_ENV": str(self.startup)}
 
     def __enter__(self) -> SessionShell:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._file.close()
-        self._startup.close()
+        if self._own:
+            self.files.close()
 
     def _start_dir(self) -> Path:
         root = self._ctx.workspace.root
@@ -81,8 +125,7 @@ class SessionShell:
         """Save the state the command ended with, for the session's next call; notes to show."""
         if self._ctx.cancelled.is_set():
             return []  # stopped, timed out or lost its lease: the state stays as it was
-        self._file.seek(0)
-        data = self._file.read()
+        data = self.files.written()
         if b"\0" not in data:
             return []  # the shell was replaced (exec) or the trap could not write
         where, _, listed = data.partition(b"\0")

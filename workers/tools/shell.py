@@ -2,6 +2,8 @@
 
 The command runs as ``bash -c COMMAND`` in its own session, confined as ``_confine`` says: in
 bubblewrap's sandbox where it works, with limits, in a cgroup of its own where one can be made.
+That launch is made ahead, off the lock (``_shell_warm``): the call hands a waiting launch its
+command, and the used one's cgroup is removed after the answer.
 Its process group is the unit of cleanup: on a timeout, a cancel, a lost lock, and also after
 a normal exit (background children), the whole group is sent SIGTERM and, after a short
 grace, SIGKILL. A process that leaves the group on purpose (``setsid``) dies with the
@@ -31,11 +33,11 @@ from pydantic import Field
 from executor import ToolError
 from executor.contract import ToolContext, tool
 from workers.processes._netns import join
-from workers.tools._confine import Confinement
-from workers.tools._sandbox import probe
+from workers.tools._confine import sandbox_for
 from workers.tools._shell_run import ShellRun
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_state import SessionShell
+from workers.tools._shell_warm import launch, take, units
 
 # When the runner's deadline is nearer than the wanted time limit, stop this much earlier so
 # the kill and the report (with partial output) happen before the runner gives up on us.
@@ -108,48 +110,46 @@ def bash(
     env = command_environment(os.environ, settings.env)
     cap = settings.max_output_bytes
     root = ctx.workspace.root
-    with Confinement.prepare(settings, root, ctx.worker_folders, _network(ctx)) as confinement:
-        env.update(confinement.env)
+    bwrap = sandbox_for(settings)
+    network = _network(ctx, bwrap)
+    argv = [executable, "-c", command]
+    unit = take(settings, bwrap, root, ctx.worker_folders, network, ctx.shell is not None)
+    confinement = unit.confinement.placed(root, ctx.worker_folders, network)
+    env.update(confinement.env)
+    try:
         if ctx.shell is None:
-            run = ShellRun.start(
-                [*confinement.argv(root, env=env), executable, "-c", command],
-                root,
-                cap,
-                confinement.outside_env(env),
-                confinement=confinement,
-            )
+            script = launch(unit, confinement, root, env, argv)
+            run = ShellRun.attach(unit, script, cap, confinement)
             try:
                 return run.finish(ctx, limit)
             finally:
                 run.close()
-        with SessionShell(ctx, ctx.shell, env) as shell:
+        with SessionShell(ctx, ctx.shell, env, unit.files) as shell:
             # A loader variable the session exported (LD_PRELOAD) must not run its code in the
-            # launcher or the sandbox, outside the sandbox: it is set inside instead.
-            prefix = confinement.argv(shell.cwd, (shell.startup,), env=shell.env)
-            run = ShellRun.start(
-                [*prefix, executable, "-c", command],
-                shell.cwd,
-                cap,
-                confinement.outside_env(shell.env),
-                pass_fds=(shell.fd,),
-                confinement=confinement,
-            )
+            # launcher or the sandbox, outside the sandbox: it is set inside only.
+            script = launch(unit, confinement, shell.cwd, shell.env, argv, (shell.startup,))
+            run = ShellRun.attach(unit, script, cap, confinement)
             run.notes.extend(shell.notes)
             try:
                 report = run.finish(ctx, limit)
             finally:
                 run.close()
             notes = shell.keep()
+    finally:
+        # Nothing the command started outlives the call: what left its process group
+        # (setsid) is found in the cgroup and killed now. In the sandbox it dies with the PID
+        # namespace, but only as the sandbox's init ends, after bubblewrap has reported.
+        # The cgroup itself is removed after the answer.
+        confinement.kill_left(spare_init=confinement.sandboxed)
+        units().spend(unit)
     return "\n".join([report, *notes])
 
 
-def _network(ctx: ToolContext) -> list[str]:
+def _network(ctx: ToolContext, bwrap: str | None) -> list[str]:
     """In a session, the prefix that joins its own network namespace, so that what its
     background processes serve on the loopback is reachable; [] for a network of its own."""
     settings = ctx.settings_as(BashSettings)
-    if ctx.session is None or settings.sandbox == "off" or settings.network:
-        return []
-    if probe(settings.network).bwrap is None:
+    if ctx.session is None or bwrap is None or settings.network:
         return []
     prefix, _ = join(ctx.session.host_folder)
     return prefix

@@ -1,0 +1,344 @@
+"""bash's sandbox made ahead of the command (``workers.tools._shell_warm``), on real bubblewrap.
+
+A call that finds its place's sandbox made ahead must get what a call that makes its own
+gets, and nothing of any other call: no process, no ``/tmp``, no shell variable of the last
+command, no other session's folder, a path hidden that appeared after the sandbox was made,
+its limits, its session's network and shell state. Each test first runs a call (which asks
+for the sandbox of the next one), waits for the units to be made, and checks from the units'
+counts that the next call ran in the sandbox made ahead (or, where the place changed, that
+it did not).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from executor import Executor, Sessions, ToolContext, ToolError
+from executor.contract import SessionPlace, ShellState, Workspace
+from tests.support.pids import processes_with, sleep_marker, survivors
+from tests.support.procs import MakeWorkers
+from tests.support.sandbox import require_sandbox
+from tests.support.sessions import call, host_settings, ok
+from tests.support.waiting import PATIENCE_S, gone, wait_for
+from workers.processes._netns import stop_holder
+from workers.tools._cgroup import find_cgroups
+from workers.tools._shell_settings import BashSettings
+from workers.tools._shell_warm import MADE_IN_CALL, SANDBOX_AHEAD, units
+from workers.tools.shell import bash
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_works() -> None:
+    require_sandbox()
+
+
+class _Session:
+    """A session as a worker of its host runs its calls, in this process."""
+
+    def __init__(self, sessions_root: Path, name: str, settings: BashSettings) -> None:
+        self.sessions_root = sessions_root
+        self.folder = sessions_root / name
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.host_folder = sessions_root / ".toolpool-host" / name
+        self.settings = settings
+        self.cwd = "."
+        self.env: dict[str, str] = {}
+
+    def run(self, command: str, **arguments: object) -> str:
+        def save(cwd: str, env: dict[str, str]) -> bool:
+            self.cwd, self.env = cwd, env
+            return True
+
+        context = ToolContext(
+            workspace=Workspace(self.folder),
+            settings=self.settings,
+            shell=ShellState(cwd=self.cwd, env=dict(self.env), save=save),
+            session=SessionPlace(self.folder.name, "h", self.host_folder),
+            worker_folders=(self.sessions_root,),
+        )
+        return str(bash.invoke(context, bash.validate({"command": command, **arguments})))
+
+    def stdout(self, command: str) -> list[str]:
+        report = self.run(command)
+        assert report.startswith("exit code: 0"), report
+        return report.partition("stdout:\n")[2].splitlines()
+
+
+@pytest.fixture
+def sessions_root(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "sessions"
+    root.mkdir()
+    yield root
+    # The sessions' network holders end with their host folders (as a session's deletion
+    # ends them); the units made for them are removed with the test's others.
+    for host in (root / ".toolpool-host").glob("*"):
+        stop_holder(host)
+    assert units().settle(PATIENCE_S)
+
+
+@pytest.fixture
+def settings() -> BashSettings:
+    return BashSettings(sandbox="required")
+
+
+def _ahead(before: dict[str, int]) -> int:
+    """How many calls since ``before`` ran in their place's sandbox made ahead."""
+    assert units().settle(PATIENCE_S), "the units were not made in time"
+    return units().counts().get(SANDBOX_AHEAD, 0) - before.get(SANDBOX_AHEAD, 0)
+
+
+def _warmed(session: _Session) -> dict[str, int]:
+    """Run two calls in ``session`` (from its second, its sandbox is made ahead for the
+    next); the counts."""
+    session.run("true")
+    session.run("true")
+    assert units().settle(PATIENCE_S), "the units were not made in time"
+    return units().counts()
+
+
+def test_the_next_call_runs_in_the_sandbox_made_ahead_and_finds_nothing_of_the_last(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+    before = _warmed(session)
+    marker = sleep_marker()
+
+    # "[3]00..." finds the sleep's command line, not grep's own.
+    pattern = f"[{marker[0]}]{marker[1:]}"
+    first = session.stdout(
+        f"echo left > /tmp/left; LOCAL=1; (setsid sleep {marker} >/dev/null 2>&1 &); "
+        f"until grep -qs '{pattern}' /proc/[0-9]*/cmdline; do sleep 0.01; done; echo $$"
+    )
+
+    assert _ahead(before) == 1
+    if find_cgroups().pids is not None:
+        # Killed before the call answered (found in its cgroup), not a moment later.
+        assert processes_with(marker) == []
+    assert survivors(marker) == []
+    second = session.stdout(
+        "ls -A /tmp; echo local=${LOCAL-unset}; "
+        f"grep -qs '{pattern}' /proc/[0-9]*/cmdline || echo no-daemon; echo $$"
+    )
+    assert _ahead(before) == 2
+    assert "left" not in second
+    assert "local=unset" in second
+    assert "no-daemon" in second
+    # Each call its own PID namespace: the shell is its namespace's second process again.
+    assert first[-1] == second[-1] == "2"
+
+
+def test_the_sandbox_made_ahead_keeps_the_session_state_and_the_limits(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+    (session.folder / "sub").mkdir()
+    before = _warmed(session)
+
+    session.run("cd sub && export MODE=test && f() { echo from-f; } && export -f f")
+    # Made at a lower CPU priority, the command runs at the worker's.
+    lines = session.stdout('pwd; echo "$MODE"; f; ulimit -f; ulimit -t; echo "$HOME"; nice')
+
+    assert _ahead(before) == 2
+    assert session.cwd == "sub"
+    assert lines[:3] == [str(session.folder / "sub"), "test", "from-f"]
+    assert lines[3:] == [
+        str(settings.file_size_mb * 1024),  # bash counts KiB
+        str(int(settings.cpu_seconds)),
+        "/tmp/home",
+        str(os.getpriority(os.PRIO_PROCESS, 0)),
+    ]
+
+
+def test_a_session_never_gets_another_sessions_sandbox(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    (first.folder / "mine").write_text("a's\n")
+    before = _warmed(first)
+
+    report = second.run(f"ls {first.folder}; pwd; touch {first.folder}/planted")
+
+    assert _ahead(before) == 0
+    assert "No such file or directory" in report
+    assert str(second.folder) in report
+    assert sorted(p.name for p in first.folder.iterdir()) == ["mine"]
+    first.run("true")
+    assert _ahead(before) == 1
+
+
+def test_a_session_made_anew_does_not_get_the_sandbox_of_the_one_before(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+    before = _warmed(session)
+    shutil.rmtree(session.folder)
+    session.folder.mkdir()
+    (session.folder / "new").write_text("made anew\n")
+
+    lines = session.stdout("cat new; touch written")
+
+    assert lines == ["made anew"]
+    assert (session.folder / "written").exists()
+    assert _ahead(before) == 0
+
+
+def test_a_path_to_hide_that_appears_after_the_sandbox_was_made_is_hidden(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    # In the workspace, which the sandbox shows: only a mount of its own hides it.
+    later = sessions_root / "a" / "appears-later"
+    session = _Session(sessions_root, "a", replace(settings, hide=f"{settings.hide} {later}"))
+    before = _warmed(session)
+    later.mkdir()
+    (later / "secret").write_text("s3cret\n")
+
+    report = session.run("cat appears-later/secret")
+
+    assert "s3cret" not in report
+    assert "No such file or directory" in report
+    assert _ahead(before) == 0
+
+
+def test_a_timeout_in_the_sandbox_made_ahead_ends_everything_it_started(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+    before = _warmed(session)
+    marker = sleep_marker()
+
+    with pytest.raises(ToolError, match="timed out"):
+        session.run(f"setsid sleep {marker} & sleep {marker}", timeout=1)
+
+    assert _ahead(before) == 1
+    assert survivors(marker) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a session's own network needs a root worker")
+def test_the_sandbox_made_ahead_is_in_the_sessions_own_network(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+    before = _warmed(session)
+    holder = int((session.host_folder / "netns.pid").read_text())
+    own = os.stat(f"/proc/{holder}/ns/net").st_ino
+
+    lines = session.stdout("readlink /proc/self/ns/net")
+
+    assert lines == [f"net:[{own}]"]
+    assert _ahead(before) == 1
+    # Its network made anew (the holder ended): the next sandbox is made in the new one.
+    stop_holder(session.host_folder)
+    assert survivors(str(session.host_folder)) == []
+    assert session.stdout("readlink /proc/self/ns/net") != lines
+    assert _ahead(before) == 1
+
+
+def test_with_no_sandbox_kept_ahead_every_call_makes_its_own(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", replace(settings, warm=0))
+    session.run("true")
+    before = units().counts()
+
+    assert session.stdout("echo $$") == ["2"]
+
+    assert _ahead(before) == 0
+    assert units().counts().get(MADE_IN_CALL, 0) == before.get(MADE_IN_CALL, 0) + 1
+    assert not [p for p in units().kept() if p.workspace == session.folder]
+
+
+def test_only_the_last_places_keep_a_sandbox(sessions_root: Path, settings: BashSettings) -> None:
+    kept = replace(settings, warm=2)
+    sessions = [_Session(sessions_root, name, kept) for name in ("a", "b", "c")]
+
+    for session in sessions:
+        session.run("true")
+        session.run("true")
+
+    assert units().settle(PATIENCE_S)
+    places = [p.workspace for p in units().kept() if p.settings == kept and p.workspace]
+    assert places == [sessions[1].folder, sessions[2].folder]
+
+
+def _descendants(pid: int) -> set[int]:
+    """``pid``'s children, theirs, and so on, read from /proc."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+        for child in children:
+            found |= {child, *_descendants(child)}
+    return found
+
+
+@pytest.mark.proof  # Redis and a worker process
+def test_a_killed_workers_launches_made_ahead_end_with_it(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> None:
+    # No pool here to sweep what a dead worker left: its units must end by themselves.
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required")])
+    [worker] = make_workers(settings).start(1)
+    with Sessions(settings=settings) as admin:
+        admin.create("a")
+    with Executor(settings=settings, session="a") as executor:
+        for index in range(2):  # from the second, the session's sandbox is made ahead
+            ok(executor.run([call(f"warm-{index}", "bash", command="true")])[0])
+    # Its outside unit (a shell) and the session's sandbox (bubblewrap, its init, a shell).
+    wait_for(lambda: len(_descendants(worker.pid)) >= 4, "the worker's units to be made")
+    made = _descendants(worker.pid)
+
+    worker.process.kill()
+    worker.process.wait(PATIENCE_S)
+
+    wait_for(lambda: all(gone(pid) for pid in made), "the killed worker's units to end")
+
+
+def test_a_forked_worker_makes_its_own_launches_and_leaves_its_parents_alone(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    # As RQ's forking worker runs each call: in a child forked from the worker.
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    (second.folder / "sub").mkdir()
+    before = _warmed(first)
+    kept = units().kept()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork() beside threads, 3.12+
+        child = os.fork()
+    if child == 0:
+        ran = first.stdout("echo $$") == ["2"]
+        made = units().counts() == {MADE_IN_CALL: 1} and units().kept() == []
+        os._exit(0 if ran and made else 1)
+    _, status = os.waitpid(child, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert units().kept() == kept
+    # The parent's launches made ahead still serve: a's sandbox, and for b (no sandbox made
+    # ahead yet) the outside unit, whose shell files the child's end must not have removed.
+    assert first.stdout("echo $$") == ["2"]
+    assert _ahead(before) == 1
+    second.run("cd sub")
+    assert second.cwd == "sub"
+
+
+def test_a_sandbox_is_made_ahead_from_a_places_second_call(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    session = _Session(sessions_root, "a", settings)
+
+    def kept() -> bool:
+        assert units().settle(PATIENCE_S)
+        return any(place.workspace == session.folder for place in units().kept())
+
+    session.run("true")
+    assert not kept()
+    session.run("true")
+    assert kept()

@@ -22,12 +22,13 @@ from executor.contract import Workspace
 from tests.support.expect import ok, tool_error
 from tests.support.files import write_tree
 from tests.support.waiting import gone, wait_for
-from workers.tools import _ripgrep, search
+from workers.tools import _ripgrep, _ripgrep_parts, search
 from workers.tools._grep_proc import SearchCancelled
 from workers.tools._grep_search import Findings
 from workers.tools._grep_search import search as python_search
-from workers.tools._ripgrep import RgOverBudget, _run, search_file
+from workers.tools._ripgrep import RgOverBudget, search_file, search_tree
 from workers.tools._ripgrep_bin import find_rg
+from workers.tools._ripgrep_proc import run_rg
 from workers.tools._ripgrep_regex import rust_regex
 from workers.tools.search import GREP_MAX_MATCHES, GREP_TIMEOUT, grep
 
@@ -244,27 +245,34 @@ def test_a_regex_too_large_for_rg_runs_on_python(run_tool: RunTool, workspace: W
     assert ok(run_tool(grep, pattern=r"(?:a|b){1,20000}\w{0,5000}")).startswith("a.txt:1: abab")
 
 
-@pytest.fixture(params=["sorted", "parallel"])
-def first_run(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Which run answers: the sorted one (the tree is small), or the parallel one that
-    replaces it when its head start is spent (here at once)."""
-    if request.param == "parallel":
-        monkeypatch.setattr(_ripgrep, "_SORTED_HEAD_START_S", 0.0)
+@pytest.fixture(params=["in order", "in parallel"])
+def searched(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the tree's two parts are searched, small as it is: each by a one-threaded rg in
+    name order, or each by rg's parallel walk, whose lines are sorted (and a part that prints
+    more than 100 is searched again in order)."""
+    in_order = request.param == "in order"
+
+    def two_parts(leaves: list[object], _slots: int) -> list[tuple[int, bool]]:
+        return [(len(leaves) // 2, in_order), (len(leaves) - len(leaves) // 2, in_order)]
+
+    monkeypatch.setattr(_ripgrep_parts, "MIN_ENTRIES", 0)
+    monkeypatch.setattr(_ripgrep_parts, "_sizes", two_parts)
+    monkeypatch.setattr(_ripgrep, "_PARALLEL_MAX_LINES", 100)
     return str(request.param)
 
 
-def test_the_first_fifty_in_name_order_after_the_sorted_restart(
-    run_tool: RunTool, workspace: Workspace, first_run: str
+def test_the_first_fifty_in_name_order_however_the_parts_are_searched(
+    run_tool: RunTool, workspace: Workspace, searched: str
 ) -> None:
-    # 3000 matching lines: past the parallel search's 2000, so grep restarts sorted.
+    # 3000 matching lines: past a parallel part's 100, so that part is searched again in order.
     write_tree(workspace.root, {f"d{i:02d}/f.txt": "match\n" * 50 for i in reversed(range(60))})
     lines = ok(run_tool(grep, _settings=UNCUT, pattern="match")).splitlines()
     assert lines[:GREP_MAX_MATCHES] == [f"d00/f.txt:{n}: match" for n in range(1, 51)]
     assert lines[-1].startswith("... (results capped at 50")
 
 
-def test_either_run_gives_the_same_fifty_lines(
-    run_tool: RunTool, workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+def test_either_way_gives_the_same_fifty_lines(
+    run_tool: RunTool, workspace: Workspace, searched: str
 ) -> None:
     # Names whose order differs between whole paths and folder by folder ("a.py" < "a/x.py"
     # as strings), upper case before lower, and a name past ASCII.
@@ -275,14 +283,11 @@ def test_either_run_gives_the_same_fifty_lines(
         for name in ["B.txt", "_u.txt", "a/b/c.txt", "a/x.py", "a-b.txt", "a.py"]
         for n in range(1, 10)
     ][:GREP_MAX_MATCHES]
-    sorted_answer = ok(run_tool(grep, _settings=UNCUT, pattern="hit")).splitlines()
-    monkeypatch.setattr(_ripgrep, "_SORTED_HEAD_START_S", 0.0)
-    parallel_answer = ok(run_tool(grep, _settings=UNCUT, pattern="hit")).splitlines()
-    assert sorted_answer[:-1] == parallel_answer[:-1] == expected
+    assert ok(run_tool(grep, _settings=UNCUT, pattern="hit")).splitlines()[:-1] == expected
 
 
-def test_the_walk_that_names_skipped_paths_ends_with_the_call(
-    run_tool: RunTool, workspace: Workspace, first_run: str
+def test_what_was_skipped_is_named_only_when_nothing_matches(
+    run_tool: RunTool, workspace: Workspace, searched: str
 ) -> None:
     write_tree(workspace.root, {".hidden/a.txt": "needle\n", "b.txt": "needle\n", "c.png": "x"})
     assert ok(run_tool(grep, pattern="needle")) == "b.txt:1: needle"
@@ -290,7 +295,6 @@ def test_the_walk_that_names_skipped_paths_ends_with_the_call(
         'No matches for "nothing" in . (skipped 1 hidden or ignored path: .hidden/; '
         "give one as path to search it)"
     )
-    assert not [t for t in threading.enumerate() if t.name == "grep-skipped-walk"]
 
 
 # ---------------------------------------------------------------------- ignore files
@@ -352,7 +356,7 @@ def _command() -> list[str]:
 def test_rg_is_killed_when_its_budget_is_spent(blocked_stdin: int) -> None:
     started = time.monotonic()
     with pytest.raises(RgOverBudget):
-        _run(_command(), 0.3, threading.Event(), prefix=b"", stdin=blocked_stdin)
+        run_rg(_command(), 0.3, threading.Event(), prefix=b"", stdin=blocked_stdin)
     assert time.monotonic() - started < 10
     assert not _rg_children()
 
@@ -363,7 +367,7 @@ def test_rg_is_killed_when_the_call_is_cancelled(blocked_stdin: int) -> None:
 
     def run() -> None:
         try:
-            _run(_command(), 60, cancelled, prefix=b"", stdin=blocked_stdin)
+            run_rg(_command(), 60, cancelled, prefix=b"", stdin=blocked_stdin)
         except BaseException as exc:  # the test reads it below
             outcome.append(exc)
 
@@ -377,6 +381,26 @@ def test_rg_is_killed_when_the_call_is_cancelled(blocked_stdin: int) -> None:
     assert isinstance(outcome[0], SearchCancelled)
     for pid in pids:
         wait_for(lambda pid=pid: gone(pid), f"rg {pid} to be gone")  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("stopped_by", ["budget", "cancel"])
+def test_a_tree_search_stopped_leaves_no_rg_behind(workspace: Workspace, stopped_by: str) -> None:
+    write_tree(workspace.root, {f"d{i:02d}/f.txt": "needle\n" for i in range(40)})
+    cancelled = threading.Event()
+    if stopped_by == "cancel":
+        cancelled.set()
+    expected = SearchCancelled if stopped_by == "cancel" else RgOverBudget
+    with pytest.raises(expected):
+        search_tree(
+            _rg(),
+            "needle",
+            str(workspace.root),
+            ".",
+            root=str(workspace.root),
+            budget=0.0 if stopped_by == "budget" else 60,
+            cancelled=cancelled,
+        )
+    assert not _rg_children()
 
 
 def test_a_timeout_on_rg_gives_no_backtracking_advice(

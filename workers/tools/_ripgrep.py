@@ -1,7 +1,7 @@
 """grep's search on ripgrep: run ``rg`` on a file or tree and read its lines into Findings.
 
-rg walks the tree itself, in parallel, with its own reading of ignore files. What it is told,
-so that it does what grep did on Python's walk:
+rg walks the tree itself, with its own reading of ignore files. What it is told, so that it
+does what grep did on Python's walk:
 
 - Ignore files are read from the workspace root down, never above it: ``--no-ignore-parent``,
   and the root's and each folder's on the way to the searched folder as ``--ignore-file``
@@ -13,16 +13,21 @@ so that it does what grep did on Python's walk:
   extensions are skipped by override globs, files over 10 MB by ``--max-filesize`` (rg does
   not say which: a tree's large files are skipped unnamed, a single one is still refused).
 - A NUL byte makes a file binary: rg skips it, or stops there if it has printed lines of it.
-- Results come in name order, capped at 50 lines (at most 50 a file). rg first walks in
-  name order (``--sort path``, one thread) and is stopped at the 50th line: where matches
-  are many, that answers after reading a small part of the tree. A run that has not
-  finished after ``_SORTED_HEAD_START_S`` is stopped and rg restarts in parallel, in no set
-  order: its lines are collected and sorted (past ``_PARALLEL_MAX_LINES`` lines, a sorted
-  run without a time limit is cheaper). Both order paths byte by byte, folder by folder, so
-  the answer is the same whichever run gave it.
+- Results come in name order, capped at 50 lines (at most 50 a file). The tree is cut into
+  parts consecutive in name order (``_ripgrep_parts``, which also says how a part's rg is
+  kept to it), searched by as many rg processes at once as there are cores, the first parts
+  first: the answer is the first 50 lines of the parts searched so far, once every part
+  before the 50th line has been searched; a part after the 50 lines found so far is not
+  started, or is stopped. The first parts are small and searched in order by one thread
+  each, which stop at their 50th line; the later ones are searched by rg's parallel walk,
+  and their lines sorted (a part that prints more than ``_PARALLEL_MAX_LINES`` is searched
+  again in order, which stops at its 50th). Both order paths byte by byte, folder by folder,
+  so the answer is the same whichever way a part was searched. rg runs in the folder
+  searched.
 - What a search that finds nothing skipped as hidden or ignored is found by our own walk
-  (``_walk``, which reads the ignore files as rg does), to name it in the answer. It runs in
-  a thread beside rg, stopped at rg's first line, so that it costs no time of its own.
+  (``_grep_skipped``, which reads the ignore files as rg does), to name it in the answer. It
+  goes on beside rg, a slice at a time between reads of rg's output, from when the parts
+  searched in order have found nothing (before that, a line is likely) to rg's first line.
 
 A single file is opened here (without following a link), checked for size and a NUL in its
 first 8 KB as before, and fed to rg on its standard input.
@@ -32,16 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import selectors
 import stat
-import subprocess
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from workers.tools._grep_proc import SearchCancelled, SearchFailed, SearchOverBudget
 from workers.tools._grep_search import (
     BINARY_EXTENSIONS,
     BINARY_SNIFF_BYTES,
@@ -49,29 +49,24 @@ from workers.tools._grep_search import (
     GREP_MAX_MATCHES,
     GREP_SKIPPED_DIRS,
     Findings,
-    binary_name,
-    cut_line,
 )
-from workers.tools._walk import (
-    IGNORE_FILES,
-    Skipped,
-    ignores_at,
-    join_relative,
-    open_regular,
-    walk_files,
+from workers.tools._grep_skipped import SkippedWalk
+from workers.tools._ripgrep_parts import Part, cut_tree
+from workers.tools._ripgrep_proc import (
+    Line,
+    RegexRejected,
+    RgOverBudget,
+    RgProcess,
+    RgProcesses,
+    run_rg,
 )
+from workers.tools._walk import IGNORE_FILES, ignores_at, join_relative, open_regular
 
-# Past this many lines from the parallel search, sorting them all costs more than a sorted
-# search that stops at the cap.
+__all__ = ["RegexRejected", "RgOverBudget", "ancestor_ignore_files", "search_file", "search_tree"]
+
+# Past this many lines from a part searched in parallel, sorting them all costs more than
+# searching it again in order, stopped at the 50th.
 _PARALLEL_MAX_LINES = 2000
-# How long the sorted, single-threaded run may go on before the parallel one replaces it:
-# while it prints a line at least every _SORTED_QUIET_S, up to _SORTED_HEAD_START_S. On a
-# tree of 10,000 files it reaches its 50th line in that time where matches are dense (class
-# \w+Error\(, ~15 ms), and a search that finds little loses ~_SORTED_QUIET_S only.
-_SORTED_HEAD_START_S = 0.03
-_SORTED_QUIET_S = 0.012
-_POLL_S = 0.05
-_READ_BYTES = 1 << 16
 _COMMON = (
     "--no-config",  # no RIPGREP_CONFIG_PATH
     "--ignore-case",
@@ -98,24 +93,21 @@ _SKIP_GLOBS = (
     *(f"--glob=!{name}/" for name in sorted(GREP_SKIPPED_DIRS)),
     "--iglob=!*.{" + ",".join(sorted(BINARY_EXTENSIONS)) + "}",
 )
+# How long the walk that names skipped paths goes on at a time between reads of rg's output.
+_WALK_SLICE_S = 0.0005
+# In order, one line at a time: stopped at its 50th line, not at its buffer's 8 KB.
+_IN_ORDER = ("--sort=path", "--line-buffered")
 
 
-class RgOverBudget(SearchOverBudget):
-    """rg ran out of time: a tree too large rather than a regex that backtracks."""
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
-class RegexRejected(Exception):
-    """rg refused the regex (too large for its engine, say); the message says why."""
-
-
-@dataclass
-class _Run:
-    """What one rg run printed: matching lines with their sort keys, and error messages."""
-
-    lines: list[tuple[tuple[bytes, ...], int, str]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    stopped: bool = False  # killed at a line limit
-    abandoned: bool = False  # killed at its patience, unfinished
+# How many rg processes search a tree's parts at once.
+_SLOTS = max(1, min(_cores(), 8))
 
 
 def search_file(
@@ -134,7 +126,7 @@ def search_file(
             found.binary = True
             return found
         command = [rg, *_COMMON, "--text", "--regexp", regex, "-"]
-        run = _run(command, budget, cancelled, stdin=fd, prefix=b"", current=shown)
+        run = run_rg(command, budget, cancelled, stdin=fd, prefix=b"", current=shown)
     found.matches = [f"{shown}:{number}: {text}" for _, number, text in run.lines]
     return found
 
@@ -150,12 +142,16 @@ def search_tree(
     cancelled: threading.Event,
 ) -> Findings:
     """Search the folder at ``base`` (shown as ``shown``) inside the workspace ``root``."""
-    deadline = time.monotonic() + budget
-    ancestors = ancestor_ignore_files(Path(root), Path(base))
-    if ancestors is None:
+    ignores = ignores_at(Path(root), Path(base))
+    ancestors = [] if ignores is None else ancestor_ignore_files(Path(root), Path(base))
+    if ignores is None:
         scope = ["--hidden", "--no-ignore"]
     else:
         scope = [*_WORKSPACE_IGNORES, *(f"--ignore-file={path}" for path in ancestors)]
+    # rg runs in the folder searched (its globs are read from there). Its files' paths are
+    # given from there too, which spares the kernel resolving each from the root (about a
+    # twentieth of rg's time), unless ignore files above need the whole path to be matched.
+    where = base if ancestors else "."
     command = [
         rg,
         *_COMMON,
@@ -165,128 +161,177 @@ def search_tree(
         "--regexp",
         regex,
         "--",
-        base,
+        where,
     ]
-    # Line by line, so that it is stopped at its 50th line, not at its buffer's 8 KB.
-    sorted_command = [command[0], "--sort=path", "--line-buffered", *command[1:]]
-    prefix = os.fsencode(base.rstrip(os.sep) + os.sep)
-    skipped = None if ancestors is None else _SkippedWalk(Path(root), Path(base))
-    on_match = None if skipped is None else skipped.cancel
-    try:
-        run = _run(
-            sorted_command,
-            budget,
-            cancelled,
-            prefix=prefix,
-            on_match=on_match,
-            patience=_Patience(_SORTED_HEAD_START_S, _SORTED_QUIET_S),
-        )
-        if run.abandoned:
-            run = _run(
-                command,
-                _left(deadline, budget),
-                cancelled,
-                prefix=prefix,
-                limit=_PARALLEL_MAX_LINES,
-                on_match=on_match,
-            )
-            if run.stopped:
-                run = _run(sorted_command, _left(deadline, budget), cancelled, prefix=prefix)
-        run.lines.sort()
-        found = Findings()
-        found.matches = [
-            f"{join_relative(shown, os.fsdecode(b'/'.join(key)))}:{number}: {text}"
-            for key, number, text in run.lines[:GREP_MAX_MATCHES]
-        ]
-        if not found.matches and skipped is not None:
-            skipped.note(found, shown, deadline, cancelled)
-        return found
-    finally:
-        if skipped is not None:
-            skipped.stop()
+    parts = cut_tree(base, ignores, _SLOTS)
+    skipped = None if ignores is None else SkippedWalk(base, ignores)
+    with RgProcesses(budget, cancelled) as processes:
+        search = _PartsSearch(processes, command, base, where, parts, skipped)
+        lines = search.first_lines()
+    found = Findings()
+    found.matches = [
+        f"{join_relative(shown, os.fsdecode(b'/'.join(key)))}:{number}: {text}"
+        for key, number, text in lines
+    ]
+    if not found.matches and skipped is not None:
+        skipped.note(found, shown, processes.deadline, cancelled)
+    return found
 
 
-def _left(deadline: float, budget: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise RgOverBudget("", budget)
-    return left
+class _PartsSearch:
+    """The parts of one tree searched by rg processes, ``_SLOTS`` at a time, in name order."""
 
-
-class _SkippedWalk:
-    """What a search that finds nothing left out as hidden or ignored, so that the model can
-    look there: our own walk, which reads the ignore files as rg does (rg does not say what it
-    skipped but in its --debug log, which makes it several times slower). It runs in a thread
-    from the moment rg starts, and is stopped as soon as rg prints a line."""
-
-    def __init__(self, root: Path, base: Path) -> None:
-        self._skipped = _SkippedText()
-        self._stop = threading.Event()
-        self._done = False
-        self._thread = threading.Thread(
-            target=self._walk, args=(root, base), name="grep-skipped-walk", daemon=True
-        )
-        self._thread.start()
-
-    def cancel(self) -> None:
-        """Tell the walk to stop: its answer is not needed."""
-        self._stop.set()
-
-    def stop(self) -> None:
-        """Stop the walk and wait for its thread to end."""
-        self._stop.set()
-        self._thread.join()
-
-    def note(
-        self, found: Findings, shown: str, deadline: float, cancelled: threading.Event
+    def __init__(
+        self,
+        processes: RgProcesses,
+        command: list[str],
+        base: str,
+        where: str,
+        parts: list[Part],
+        skipped: SkippedWalk | None,
     ) -> None:
-        """Name in ``found`` what was skipped, once the walk has ended; nothing if it has not
-        by ``deadline`` or the call is cancelled first."""
-        while self._thread.is_alive() and not cancelled.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            self._thread.join(min(_POLL_S, left))
-        if self._done:
-            found.skipped = [join_relative(shown, relative) for relative in self._skipped.examples]
-            found.skipped_count = self._skipped.count
+        """``command`` runs rg in the folder ``base`` on ``where``: the folder's path, or
+        "." for the folder itself."""
+        self._processes = processes
+        self._command = command
+        self._base = base
+        self._prefix = os.fsencode(where.rstrip(os.sep) + os.sep)
+        self._parts = parts
+        self._runs: list[RgProcess | None] = [None] * len(parts)
+        self._skipped = skipped
+        self._failure: Exception | None = None  # of a part that ended with an error
 
-    def _walk(self, root: Path, base: Path) -> None:
-        try:
-            walk = walk_files(
-                base,
-                True,
-                _enter,
-                self._stop,
-                ignores=ignores_at(root, base),
-                skip_hidden=True,
-                skipped=self._skipped,
-            )
-            for _ in walk:
-                pass
-        except OSError:
-            return  # an ignore file that cannot be read: the answer just names nothing
-        self._done = not self._stop.is_set()
+    def first_lines(self) -> list[Line]:
+        """The first 50 lines in name order, once every part that could hold one is done."""
+        changed = True
+        walk: SkippedWalk | None = None
+        while True:
+            if changed:  # else nothing was read: the parts are as they were
+                self._follow_parts()
+                lines = self._answer()
+                if lines is not None:
+                    if not lines and self._failure is not None:
+                        raise self._failure
+                    return lines
+                self._start_parts()
+                walk = self._walk_now()
+            if walk is None or walk.done:
+                changed = self._processes.step()
+            else:
+                changed = self._processes.step(until=time.monotonic())  # what is there now
+                walk.advance(time.monotonic() + _WALK_SLICE_S)
 
+    def _start_parts(self) -> None:
+        """Start the parts searched in order at the head at once (they are small, and their
+        lines may settle the answer early), the others in order as processes end."""
+        heads = True
+        for index, part in enumerate(self._parts[: self._needed()]):
+            heads = heads and part.in_order
+            if self._runs[index] is None:
+                if not heads and (self._processes.running >= _SLOTS or self._heads_finding()):
+                    return
+                if part.paths is None:
+                    command = [self._command[0], *part.globs, *self._command[1:]]
+                    prefix = self._prefix
+                else:  # its entries by name, from the folder searched, in place of "."
+                    command = [*self._command[:-1], *part.paths]
+                    prefix = b""
+                if part.in_order:
+                    command[1:1] = _IN_ORDER
+                limit = GREP_MAX_MATCHES if part.in_order else _PARALLEL_MAX_LINES + 1
+                self._runs[index] = self._processes.start(
+                    command, prefix=prefix, cwd=self._base, keep=part.holds, limit=limit
+                )
 
-class _SkippedText(Skipped):
-    """Skipped entries but files with a binary name, which rg's override globs leave out
-    unnamed. Checked here rather than as the walk's ``wanted``: only for what is skipped."""
+    def _heads_finding(self) -> bool:
+        """Whether a part searched in order at the head is still running and has found
+        lines: it is likely to settle the answer, and a part after it would take cores from
+        it."""
+        for part, run in zip(self._parts, self._runs, strict=True):
+            if not part.in_order or run is None:
+                return False
+            if run.lines and not run.ended:
+                return True
+        return False
 
-    def add(self, relative: str) -> None:
-        if relative.endswith("/") or not binary_name(relative.rpartition("/")[2]):
-            super().add(relative)
+    def _needed(self) -> int:
+        """How many parts may still hold one of the first 50 lines: once the parts up to one
+        have printed 50 between them, every line of a later part comes after those."""
+        found = 0
+        for index, run in enumerate(self._runs):
+            found += 0 if run is None else len(run.lines)
+            if found >= GREP_MAX_MATCHES:
+                return index + 1
+        return len(self._runs)
 
+    def _follow_parts(self) -> None:
+        needed = self._needed()
+        for run in self._runs[needed:]:
+            if run is not None:
+                self._processes.stop(run)  # its lines would come after the 50th
+        for index, run in enumerate(self._runs[:needed]):
+            if run is None:
+                continue
+            if run.ended:
+                self._note_failure(run)
+                continue
+            part = self._parts[index]
+            if part.in_order and len(run.lines) >= GREP_MAX_MATCHES:
+                self._processes.stop(run)  # the rest of it comes after its first 50
+            elif not part.in_order and len(run.lines) > _PARALLEL_MAX_LINES:
+                self._processes.stop(run)
+                self._parts[index] = part.searched_in_order()
+                self._runs[index] = None
 
-def _enter(_state: bool, name: str) -> bool | None:
-    return None if name in GREP_SKIPPED_DIRS else True
+    def _note_failure(self, run: RgProcess) -> None:
+        """Raise at once what every part would fail with (the regex, rg itself); keep what
+        one part failed with (a folder it could not read), said only if no line is found,
+        as when rg searched the tree whole."""
+        failure = run.failure()
+        if failure is None:
+            return
+        if isinstance(failure, RegexRejected) or run.process.returncode != 2:
+            raise failure
+        if self._failure is None:
+            self._failure = failure
 
-
-def ancestor_ignore_files(root: Path, base: Path) -> list[str] | None:
-    """The ignore files of the folders from ``root`` down to ``base``'s parent, in the order
-    rg must be given them; None if ``base`` is, or is inside, a hidden or ignored folder."""
-    if ignores_at(root, base) is None:
+    def _walk_now(self) -> SkippedWalk | None:
+        """The walk that names skipped paths, while it is to go on beside rg: from when the
+        search is likely to find nothing (the parts searched in order found nothing) to its
+        end or rg's first line, when it is dropped (its answer is not needed)."""
+        if self._skipped is None or self._skipped.done:
+            return None
+        runs = list(zip(self._parts, self._runs, strict=True))
+        if any(run is not None and run.lines for _, run in runs):
+            self._skipped = None
+            return None
+        if all(run is not None and run.ended for part, run in runs if part.in_order):
+            return self._skipped
         return None
+
+    def _answer(self) -> list[Line] | None:
+        """The first 50 lines in name order, if the parts searched so far settle them."""
+        total = 0
+        upto = len(self._runs)
+        for index, run in enumerate(self._runs):
+            if run is None:
+                return None
+            total += len(run.lines)
+            if run.ended or (self._parts[index].in_order and total >= GREP_MAX_MATCHES):
+                # An ended part has given all its lines; a part searched in order, its first.
+                if total >= GREP_MAX_MATCHES:
+                    upto = index + 1
+                    break
+                continue
+            return None
+        lines = [line for run in self._runs[:upto] if run is not None for line in run.lines]
+        lines.sort()
+        return lines[:GREP_MAX_MATCHES]
+
+
+def ancestor_ignore_files(root: Path, base: Path) -> list[str]:
+    """The ignore files of the folders from ``root`` down to ``base``'s parent, in the order
+    rg must be given them."""
     try:
         parts = base.relative_to(root).parts
     except ValueError:
@@ -302,156 +347,3 @@ def ancestor_ignore_files(root: Path, base: Path) -> list[str] | None:
                     files.append(str(path))
         folder = folder / part
     return files
-
-
-def _key(relative: bytes) -> tuple[bytes, ...]:
-    """Sorts paths as rg's ``--sort path`` walk meets them: folder by folder, each name byte
-    by byte (so a name that is not UTF-8 sorts the same in both runs)."""
-    return tuple(relative.split(b"/"))
-
-
-def _run(
-    command: list[str],
-    budget: float,
-    cancelled: threading.Event,
-    *,
-    prefix: bytes,
-    stdin: int | None = None,
-    limit: int = GREP_MAX_MATCHES,
-    current: str = "",
-    patience: _Patience | None = None,
-    on_match: Callable[[], None] | None = None,
-) -> _Run:
-    """Run rg, reading its lines until it ends or ``limit`` lines; kill it when the budget is
-    spent (SearchOverBudget) or the call is cancelled (SearchCancelled). When its
-    ``patience`` runs out first, it is killed unfinished (``abandoned``) instead.
-    ``on_match`` is called at its first matching line."""
-    try:
-        process = subprocess.Popen(
-            command,
-            stdin=stdin if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-    except OSError as exc:
-        raise SearchFailed(f"cannot start rg ({exc.strerror})") from None
-    run = _Run()
-    started = time.monotonic()
-    reading = _Reading(started + budget, patience, started, on_match)
-    try:
-        _read(process, run, reading, cancelled, prefix, limit, current, budget)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        process.wait()
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-    code = process.returncode
-    if run.abandoned:
-        return run
-    if code == 2 and not run.lines and not run.stopped:
-        message = " ".join(run.errors).strip()
-        if "regex" in message:
-            raise RegexRejected(message)
-        raise SearchFailed(f"rg failed: {message or 'exit status 2'}")
-    if code not in (0, 1, 2) and not run.stopped:
-        raise SearchFailed(f"rg ended with status {code}")
-    return run
-
-
-@dataclass(frozen=True)
-class _Patience:
-    """How long a run may go on before it is abandoned: ``most`` seconds in all, and no more
-    than ``quiet`` seconds since its start or its last line."""
-
-    most: float
-    quiet: float
-
-
-@dataclass
-class _Reading:
-    """When to stop reading an rg run, and whom to tell of its first line."""
-
-    deadline: float  # the budget is spent: an error
-    patience: _Patience | None  # spent: abandoned, no error
-    started: float
-    on_match: Callable[[], None] | None
-    last_line: float = 0.0
-
-    def give_up(self) -> float | None:
-        """When the run is to be abandoned, if it may be."""
-        if self.patience is None:
-            return None
-        quiet_since = max(self.started, self.last_line) + self.patience.quiet
-        return min(self.started + self.patience.most, quiet_since)
-
-
-def _read(
-    process: subprocess.Popen[bytes],
-    run: _Run,
-    reading: _Reading,
-    cancelled: threading.Event,
-    prefix: bytes,
-    limit: int,
-    current: str,
-    budget: float,
-) -> None:
-    assert process.stdout is not None
-    assert process.stderr is not None
-    out, err = process.stdout.fileno(), process.stderr.fileno()
-    pending = {out: b"", err: b""}
-    with selectors.DefaultSelector() as selector:
-        selector.register(out, selectors.EVENT_READ)
-        selector.register(err, selectors.EVENT_READ)
-        while pending:
-            if cancelled.is_set():
-                raise SearchCancelled
-            now = time.monotonic()
-            left = reading.deadline - now
-            if left <= 0:
-                raise RgOverBudget(current, budget)
-            give_up = reading.give_up()
-            if give_up is not None and give_up < reading.deadline:
-                if now >= give_up:
-                    run.abandoned = True
-                    return
-                left = min(left, give_up - now)
-            for key, _ in selector.select(min(_POLL_S, left)):
-                fd = int(key.fd)
-                chunk = os.read(fd, _READ_BYTES)
-                if not chunk:
-                    selector.unregister(fd)
-                    rest = pending.pop(fd)
-                    lines = [rest] if rest else []
-                else:
-                    *lines, pending[fd] = (pending[fd] + chunk).split(b"\n")
-                for line in lines:
-                    if fd == out:
-                        _match(run, line, prefix)
-                        reading.last_line = time.monotonic()
-                        if reading.on_match is not None and run.lines:
-                            reading.on_match()
-                            reading.on_match = None
-                        if len(run.lines) > limit:
-                            run.stopped = True
-                            return
-                    else:
-                        _log(run, line)
-
-
-def _match(run: _Run, line: bytes, prefix: bytes) -> None:
-    path, _, rest = line.partition(b"\x00")
-    number, _, rest = rest.partition(b":")
-    column, _, raw = rest.partition(b":")
-    if not number.isdigit() or not column.isdigit():
-        return  # not a match line (rg prints none other with these flags)
-    relative = path.removeprefix(prefix).replace(os.sep.encode(), b"/")
-    text = raw.decode("utf-8", errors="replace").rstrip()
-    at = len(raw[: int(column) - 1].decode("utf-8", errors="replace"))
-    run.lines.append((_key(relative), int(number), cut_line(text, at)))
-
-
-def _log(run: _Run, line: bytes) -> None:
-    if line.strip():
-        run.errors.append(line.decode("utf-8", errors="replace"))

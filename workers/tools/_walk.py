@@ -194,13 +194,15 @@ class Ignores:
     def inside(self, listing: Sequence[os.DirEntry[str]], prefix: str) -> Ignores:
         """The rules inside the folder listed as ``listing``, at walk-relative ``prefix``."""
         found = {entry.name: entry.path for entry in listing if entry.name in IGNORE_FILES}
-        return self._with([found[name] for name in IGNORE_FILES if name in found], prefix)
+        return self.with_files([found[name] for name in IGNORE_FILES if name in found], prefix)
 
     def inside_folder(self, folder: str, prefix: str) -> Ignores:
         """The rules inside ``folder``, at walk-relative ``prefix``, without listing it."""
-        return self._with([os.path.join(folder, name) for name in IGNORE_FILES], prefix)
+        return self.with_files([os.path.join(folder, name) for name in IGNORE_FILES], prefix)
 
-    def _with(self, paths: list[str], prefix: str) -> Ignores:
+    def with_files(self, paths: Sequence[str], prefix: str) -> Ignores:
+        """The rules inside the folder at walk-relative ``prefix`` whose ignore files are at
+        ``paths`` (in the order of ``IGNORE_FILES``)."""
         added = [
             ("", len(prefix), rules)
             for path in paths

@@ -124,6 +124,43 @@ def test_a_waiter_is_granted_on_release_through_one_signal(
     lease.release()
 
 
+class _CountingRider:
+    """A rider that counts its tries in Redis: each try's reply is the count so far."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.read_replies: list[object] = []
+
+    def queue(self, pipe: redis.client.Pipeline) -> None:
+        pipe.incr(self.key)
+
+    def read(self, reply: object) -> None:
+        self.read_replies.append(reply)
+
+
+def test_a_rider_goes_with_every_try_and_its_last_reply_is_the_grants(
+    make_lock: MakeLock, pool: ThreadPoolExecutor, client: redis.Redis
+) -> None:
+    lock = make_lock()
+    lock.acquire("shared", timeout=0).release()  # the scripts loaded: no try is sent twice
+    alone = _CountingRider("rider:alone")
+    lock.acquire("shared", timeout=0, rider=alone).release()
+    assert alone.read_replies == [1]  # granted at once: one try, in the grant's round trip
+
+    holder = lock.acquire("exclusive")
+    rider = _CountingRider("rider:waiting")
+    waiting = pool.submit(lock.acquire, "exclusive", 30, rider=rider)
+    wait_for(queued(lock, 1), what="the waiter to queue")
+    holder.release()
+    lease = waiting.result(timeout=30)
+    # Oracle: Redis counted one INCR per try, and the reply read last is the last try's: the
+    # try that was granted.
+    tries = int(client.get("rider:waiting") or 0)
+    assert tries >= 2
+    assert rider.read_replies == list(range(1, tries + 1))
+    lease.release()
+
+
 def test_queued_writers_drain_with_one_wakeup_per_hand_off(
     make_lock: MakeLock, pool: ThreadPoolExecutor
 ) -> None:

@@ -222,26 +222,46 @@ def test_a_start_whose_reply_was_lost_is_tried_again_and_still_claims(
 # back): at the lock grant (``confirm_claim``) only the holder of the claim runs the tool.
 
 
+# How the claim's check reaches Redis at the grant: riding on the grant's round trip (as the
+# lock sends it), riding on one whose server lost the script (the check then asks alone), or
+# never sent with a grant at all.
+GRANT_WAYS = ("ride", "script lost", "alone")
+
+
+@pytest.fixture(params=GRANT_WAYS)
+def grant_way(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 def _granted(
-    then: Callable[[], ToolResult] | None = None,
+    client: redis.Redis, way: str, then: Callable[[], ToolResult] | None = None
 ) -> Callable[[CallState], ToolResult]:
-    """A ``proceed`` that does what the lock guard does at its grant: confirm the claim; then
-    ``then()`` (the tool) if it holds."""
+    """A ``proceed`` that does what the lock guard does at its grant: send the claim's check
+    (``way``), confirm it; then ``then()`` (the tool) if it holds."""
 
     def proceed(state: CallState) -> ToolResult:
-        assert state.confirm_claim is not None
-        state.confirm_claim()
+        check = state.confirm_claim
+        assert check is not None
+        if way != "alone":
+            if way == "script lost":
+                client.script_flush()
+            with client.pipeline(transaction=False) as pipe:
+                pipe.ping()  # the grant's own script, in the lock's round trip
+                check.queue(pipe)
+                _, reply = pipe.execute(raise_on_error=False)
+            check.read(reply)
+        check.confirm(state)
         return then() if then is not None else _result("ran")
 
     return proceed
 
 
 def test_a_delivery_whose_claim_was_taken_before_its_grant_answers_the_holders_result(
-    tmp_path: Path, client: redis.Redis, events: _Events
+    tmp_path: Path, client: redis.Redis, events: _Events, grant_way: str
 ) -> None:
     def claim_taken_then_granted(state: CallState) -> ToolResult:
         client.set(KEYS.running("c1"), "w0")  # the job's other delivery claimed it meanwhile
-        return _granted(lambda: _never(state))(state)
+        return _granted(client, grant_way, lambda: _never(state))(state)
 
     answers: list[ToolResult] = []
     waiter = threading.Thread(
@@ -259,12 +279,12 @@ def test_a_delivery_whose_claim_was_taken_before_its_grant_answers_the_holders_r
 
 
 def test_a_delivery_whose_call_was_answered_before_its_grant_returns_that_answer(
-    tmp_path: Path, client: redis.Redis, events: _Events
+    tmp_path: Path, client: redis.Redis, events: _Events, grant_way: str
 ) -> None:
     def answered_then_granted(state: CallState) -> ToolResult:
         client.set(KEYS.running("c1"), "w0")
         ResultStore(client, KEYS).publish("t1", _result("answered by w0"))
-        return _granted(lambda: _never(state))(state)
+        return _granted(client, grant_way, lambda: _never(state))(state)
 
     answer = _claim(client, events)(_state(tmp_path), answered_then_granted)
     assert answer.content == "answered by w0"
@@ -273,7 +293,7 @@ def test_a_delivery_whose_call_was_answered_before_its_grant_returns_that_answer
 
 
 def test_a_claim_that_lapsed_before_the_grant_is_taken_again_and_the_call_runs(
-    tmp_path: Path, client: redis.Redis, events: _Events
+    tmp_path: Path, client: redis.Redis, events: _Events, grant_way: str
 ) -> None:
     inside: list[Any] = []
 
@@ -284,7 +304,7 @@ def test_a_claim_that_lapsed_before_the_grant_is_taken_again_and_the_call_runs(
             inside.append(client.get(KEYS.running("c1")))
             return _result("ran")
 
-        return _granted(tool)(state)
+        return _granted(client, grant_way, tool)(state)
 
     assert _claim(client, events)(_state(tmp_path), lapsed_then_granted).content == "ran"
     assert inside == [b"w1"]
@@ -292,7 +312,7 @@ def test_a_claim_that_lapsed_before_the_grant_is_taken_again_and_the_call_runs(
 
 
 def test_a_cancel_seen_at_the_grant_sets_the_runs_cancel_flag(
-    tmp_path: Path, client: redis.Redis, events: _Events
+    tmp_path: Path, client: redis.Redis, events: _Events, grant_way: str
 ) -> None:
     flags: list[bool] = []
 
@@ -303,7 +323,7 @@ def test_a_cancel_seen_at_the_grant_sets_the_runs_cancel_flag(
             flags.append(state.cancelled.is_set())
             return _result("ran")
 
-        return _granted(tool)(state)
+        return _granted(client, grant_way, tool)(state)
 
     _claim(client, events)(_state(tmp_path), cancelled_then_granted)
     assert flags == [True]

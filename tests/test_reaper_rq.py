@@ -3,7 +3,9 @@
 RQ 3 runs a job in steps, each a Redis write: the dequeue moves the job from its queue to the
 queue's intermediate list (LMOVE), ``prepare_execution`` records an execution of the worker
 in the ``StartedJobRegistry``, ``prepare_job_execution`` marks the job started and takes it
-off the intermediate list, and the job's end removes the execution. A worker that dies
+off the intermediate list, and the job's end removes the execution. (A worker that runs calls
+in its own process writes the record and the start in one transaction; a forking worker
+writes the record before its work horse starts the job.) A worker that dies
 between two steps leaves RQ's records behind:
 
 - F2: after the call's result is stored, before RQ records the job's end: the job stays
@@ -39,7 +41,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
-from executor._rq.worker import ToolpoolWorker
+from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor.client import Executor, Turn
 from executor.contract import load_registry
 from executor.wire import ResultStore
@@ -87,9 +89,17 @@ def workers(settings: Settings, tmp_path: Path) -> Iterator[Workers]:
     made.stop_all()
 
 
-def rq_worker(executor: Executor, name: str, *, register: bool = True) -> ToolpoolWorker:
-    """An RQ worker object named ``name`` on the call queue, to take RQ's steps by hand."""
-    worker = ToolpoolWorker(
+AnyWorker = ToolpoolWorker | ToolpoolForkingWorker
+
+
+def rq_worker(
+    executor: Executor, name: str, *, register: bool = True, forking: bool = False
+) -> AnyWorker:
+    """An RQ worker object named ``name`` on the call queue, to take RQ's steps by hand.
+    ``forking``: a forking worker's, whose execution record is written before the start (a
+    worker of calls in its own process writes both in one transaction)."""
+    kind = ToolpoolForkingWorker if forking else ToolpoolWorker
+    worker = kind(
         [executor.queue], connection=executor.client, serializer=JSONSerializer, name=name
     )
     if register:
@@ -97,7 +107,7 @@ def rq_worker(executor: Executor, name: str, *, register: bool = True) -> Toolpo
     return worker
 
 
-def dequeue(worker: ToolpoolWorker, expected: str) -> Job:
+def dequeue(worker: AnyWorker, expected: str) -> Job:
     """RQ's dequeue (LMOVE to the intermediate list), as ``worker`` does it."""
     taken = Queue.dequeue_any(
         worker.queues, None, connection=worker.connection, serializer=JSONSerializer
@@ -108,7 +118,7 @@ def dequeue(worker: ToolpoolWorker, expected: str) -> Job:
     return job
 
 
-def start(worker: ToolpoolWorker, job: Job) -> Execution:
+def start(worker: AnyWorker, job: Job) -> Execution:
     """RQ's two steps from a dequeued job to a started one."""
     execution = worker.prepare_execution(job)
     worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
@@ -238,7 +248,7 @@ def test_dequeued_job_goes_back_on_its_queue_once_and_runs(
 ) -> None:
     turn = executor.submit([call("f5", "echo", text="back again")])
     (rq_id,) = turn.plan.job_ids.values()
-    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}", forking=step == "execution_recorded")
     job = dequeue(x, rq_id)
     if step == "execution_recorded":
         x.prepare_execution(job)
@@ -271,7 +281,7 @@ def test_dequeued_job_of_a_live_worker_is_left_alone(executor: Executor, reaper:
     turn = executor.submit([call("mine", "echo", text="mine"), call("late", "echo", text="late")])
     mine, late = turn.plan.job_ids[0], turn.plan.job_ids[1]
     x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
-    y = rq_worker(executor, f"y-{uuid.uuid4().hex[:8]}")
+    y = rq_worker(executor, f"y-{uuid.uuid4().hex[:8]}", forking=True)
     # Y, alive, is between its dequeue and its start of ``mine`` (its execution recorded) ...
     y.prepare_execution(dequeue(y, mine))
     # ... and has just dequeued ``late``: it records the execution while X is being buried.

@@ -8,6 +8,7 @@ rq is taken by widening the pin once this file passes on it.
 from __future__ import annotations
 
 import importlib.metadata
+from typing import Any
 
 import pytest
 import redis
@@ -20,6 +21,7 @@ from rq.serializers import JSONSerializer
 
 from executor._rq import names
 from executor._rq.jobs import ENTRY_POINT, end_job, fetch_job, worker_key, worker_queue_names
+from executor._rq.worker import ToolpoolWorker
 
 # What the release script (executor/wire/lua/publish_result.lua) does to a waiting job.
 _RELEASE = """
@@ -136,3 +138,58 @@ def test_a_workers_queues_are_recorded_under_its_key(client: redis.Redis) -> Non
     finally:
         worker.register_death()  # type: ignore[no-untyped-call]
     assert worker_queue_names(client, "no-such-worker") == []
+
+
+def _started(client: redis.Redis, worker: SimpleWorker, queue: Queue) -> dict[str, object]:
+    """Take ``queue``'s one job as RQ's dequeue does and start it with ``worker``; what Redis
+    then holds of the start, with the names that differ between the two runs made alike."""
+    found = queue.dequeue_any([queue], timeout=None, connection=client, serializer=JSONSerializer)
+    assert found is not None
+    job = found[0]
+    execution = worker.prepare_execution(job)
+    worker.prepare_job_execution(job, remove_from_intermediate_queue=True)
+    raw = client.hgetall(job.key)
+    same = {job.id: "JOB", worker.name: "WORKER", execution.id: "EXEC", queue.name: "QUEUE"}
+
+    def alike(raw: Any) -> str:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        for old, new in same.items():
+            text = text.replace(old, new)
+        return text
+
+    keys = sorted(alike(key) for key in client.keys(f"*{job.id}*"))
+    started_key = queue.started_job_registry.key
+    return {
+        "job fields": sorted(alike(field) for field in raw),
+        "job status": raw[b"status"],
+        "job worker": alike(raw[b"worker_name"]),
+        "job ttl": client.ttl(job.key),
+        "keys of the job": keys,
+        "started registry": [alike(m) for m in client.zrange(started_key, 0, -1)],
+        "execution fields": sorted(alike(f) for f in client.hgetall(execution.key)),
+        "worker executions": [alike(m) for m in client.smembers(execution.worker_executions_key)],
+        "worker state": client.hget(worker.key, "state"),
+        "intermediate": client.llen(IntermediateQueue.get_intermediate_queue_key(queue.key)),
+    }
+
+
+def test_the_workers_one_transaction_start_writes_what_rqs_two_write(client: redis.Redis) -> None:
+    """``ToolpoolWorker`` sends RQ's record of the execution and RQ's start of the job in one
+    MULTI; oracle: what Redis holds after it equals what RQ's own worker leaves with two."""
+    states, transactions = [], []
+    for label, worker_class in (("rq", SimpleWorker), ("toolpool", ToolpoolWorker)):
+        queue = _queue(client, f"contract-start-{label}")
+        queue.enqueue_call(ENTRY_POINT, args=({"call": {}},), job_id=f"start-{label}", ttl=600)
+        worker = worker_class([queue], connection=client, name=f"w-{label}")
+        before = _exec_count(client)
+        states.append(_started(client, worker, queue))
+        transactions.append(_exec_count(client) - before)
+    assert states[0] == states[1]
+    assert states[0]["job status"] == b"started"
+    assert states[0]["job ttl"] == -1  # the started job's hash no longer expires
+    assert transactions == [2, 1]
+
+
+def _exec_count(client: redis.Redis) -> int:
+    stats = client.info("commandstats").get("cmdstat_exec", {})
+    return int(stats.get("calls", 0))

@@ -177,3 +177,39 @@ def test_ending_a_job_that_ends_meanwhile_writes_nothing_back(
     # No record written back without an expiry, no entry in the cancelled registry.
     assert not client.exists(ending_job.key)
     assert Queue("records", connection=client).canceled_job_registry.get_job_ids() == []
+
+
+def _transactions_of_a_burst(redis_url: str, settings: Settings, calls: int) -> int:
+    """MULTI/EXEC transactions Redis ran while a burst worker drained a turn of ``calls``
+    concurrency-safe calls (submitted before)."""
+    registry = dist_tools.registry()
+    with Executor(settings=settings, registry=registry) as executor:
+        turn = executor.submit(
+            [
+                {"id": f"tx{calls}-{n}", "name": "echo", "arguments": {"text": "hi"}}
+                for n in range(calls)
+            ]
+        )
+        before = _execs(executor.client)
+        run_worker(redis_url, settings, registry, name=f"w-tx{calls}", burst=True)
+        ran = _execs(executor.client) - before
+        results = executor.collect(turn, timeout=10)
+        assert [r.status.value for r in results] == ["ok"] * calls
+        worker_key = jobs.worker_key(f"w-tx{calls}")
+        assert executor.client.hget(worker_key, "successful_job_count") == str(calls).encode()
+        assert float(executor.client.hget(worker_key, "total_working_time") or 0) > 0
+    return ran
+
+
+def _execs(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_exec", {}).get("calls", 0))
+
+
+def test_a_call_costs_its_worker_one_transaction_of_rqs(redis_url: str, tmp_path: Path) -> None:
+    """RQ's record of the execution goes with its start, and RQ's end of the job with the
+    call's answer (a plain pipeline): oracle, each call more in a burst adds exactly one
+    transaction (RQ alone writes three)."""
+    settings = Settings(redis_url=redis_url, workspace=tmp_path)
+    one = _transactions_of_a_burst(redis_url, settings, 1)
+    five = _transactions_of_a_burst(redis_url, settings, 5)
+    assert five - one == 4

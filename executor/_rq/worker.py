@@ -20,6 +20,8 @@ import redis
 from redis.client import Pipeline, PubSub, PubSubWorkerThread
 from rq import Queue, SimpleWorker, Worker
 from rq.exceptions import DeserializationError, InvalidJobOperation, StopRequested
+from rq.executions import Execution
+from rq.intermediate_queue import IntermediateQueue
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 from rq.utils import now as now_utc
@@ -28,7 +30,9 @@ from rq.worker import WorkerStatus
 from executor._errors import ConfigurationError
 from executor._patience import patiently
 from executor._rq.dequeue import ReliableQueue
+from executor._rq.ending import JobEnd
 from executor._rq.jobs import ENTRY_POINT
+from executor._rq.names import queue_key
 from executor.wire import EventLog, Keys
 
 log = logging.getLogger(__name__)
@@ -107,6 +111,8 @@ class _RefusingMixin:
 
     queue_class = ReliableQueue
     job_class = ToolpoolJob
+    #: The running job's end, when it goes with its call's answer (``ToolpoolWorker``).
+    _ending: JobEnd | None = None
 
     def __init__(
         self, queues: Iterable[Queue | str], *args: Any, keys: Keys | None = None, **kwargs: Any
@@ -210,6 +216,10 @@ class _RefusingMixin:
         enqueue the dependents in the same transaction. toolpool's jobs have none (a turn's
         next batch is released by the barrier, with the result): the writes go in one.
         """
+        ending = self._ending
+        if ending is not None and ending.sent:
+            job._status = JobStatus.FINISHED  # written with the call's answer
+            return
         if job.started_at is None or job.ended_at is None:
             super().handle_job_success(job, queue, started_job_registry, execution)  # type: ignore[misc]
             return
@@ -299,7 +309,63 @@ def _reliable(
 
 
 class ToolpoolWorker(_RefusingMixin, SimpleWorker):
-    """Runs calls in the worker process itself (about 3-4 ms of RQ overhead per job)."""
+    """Runs calls in the worker process itself (about 3-4 ms of RQ overhead per job).
+
+    RQ writes the record of a job's execution and then, in a second transaction, the job's
+    start; in this one process nothing happens between the two, so they go in one.
+    """
+
+    _execution_commands: list[tuple[tuple[Any, ...], dict[str, Any]]] | None = None
+
+    def perform_job(self, job: Job, queue: Queue, execution: Any) -> bool:
+        # Without a record to keep, the job's end can go with its call's answer (``take_end``).
+        if job.get_result_ttl(self.default_result_ttl) == 0:
+            self._ending = JobEnd(self, job, execution)
+        try:
+            return bool(super().perform_job(job, queue, execution))
+        finally:
+            self._ending = None
+
+    def take_end(self) -> JobEnd | None:
+        """RQ's end of the job running now, for the round trip that answers its call; None
+        once taken, or when RQ keeps a record of it (``executor._rq.ending``)."""
+        ending = self._ending
+        if ending is None or ending.taken:
+            return None
+        ending.taken = True
+        return ending
+
+    def prepare_execution(self, job: Job) -> Execution:
+        """RQ's record of the execution (its started-registry entry among it), queued for
+        ``prepare_job_execution``'s transaction."""
+        with self.connection.pipeline() as pipe:
+            ttl = self.get_heartbeat_ttl(job)
+            execution = Execution.create(job, ttl, pipeline=pipe, worker_name=self.name)
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            # Kept as commands, not a pipeline: a try that Redis did not answer sends them again.
+            self._execution_commands = list(pipe.command_stack)
+        self.executions[execution.id] = execution
+        return execution
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        """RQ's start of the job (as ``Worker.prepare_job_execution`` writes it) with the
+        execution's record, in one transaction, tried again while Redis is away (see
+        ``_RefusingMixin.prepare_job_execution``)."""
+        recorded, self._execution_commands = self._execution_commands or [], None
+        patiently(lambda: self._start(job, recorded))
+
+    def _start(self, job: Job, recorded: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+        with self.connection.pipeline() as pipe:
+            for args, options in recorded:
+                pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+            ttl = self.get_heartbeat_ttl(job)
+            self.heartbeat(ttl, pipeline=pipe)
+            job.heartbeat(now_utc(), ttl, pipeline=pipe)
+            job.prepare_for_execution(self.name, pipeline=pipe)
+            pipe.persist(job.key)
+            intermediate = IntermediateQueue.get_intermediate_queue_key(queue_key(job.origin))
+            pipe.lrem(intermediate, 1, job.id)
+            pipe.execute()
 
 
 class ToolpoolForkingWorker(_RefusingMixin, Worker):

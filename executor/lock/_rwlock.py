@@ -29,7 +29,7 @@ from executor.lock._keeper import LeaseKeeper
 from executor.lock._lease import Lease
 from executor.lock._models import EXCLUSIVE, FAIR, SHARED, LockStatus, Mode, OwnerInfo, Policy
 from executor.lock._scripts import AcquireOutcome, AcquireReply, LockScripts, ReleaseOutcome
-from executor.wire import DEFAULT_SCOPE, Acks, Keys
+from executor.wire import DEFAULT_SCOPE, Acks, Keys, Rider
 
 _TOKEN = re.compile(r"[A-Za-z0-9_.\-]{1,200}")
 # Pause between attempts while Redis does not answer an acquire.
@@ -181,6 +181,7 @@ class RWLock:
         owner: OwnerInfo | None = None,
         token: str | None = None,
         keep_alive: bool = True,
+        rider: Rider | None = None,
     ) -> Lease:
         """Wait for the lock in ``mode`` ("shared" or "exclusive") and return the ``Lease``.
 
@@ -188,7 +189,8 @@ class RWLock:
         the waiter leaves the queue, wakes whoever it blocked, and ``LockTimeout`` is raised.
         ``token``: pass the token of an earlier attempt whose reply was lost; acquiring again
         with it is idempotent. ``keep_alive``: renew the lease from the keeper thread (False:
-        the lease ends after ``lease_ms`` unless ``Lease.renew()`` is called).
+        the lease ends after ``lease_ms`` unless ``Lease.renew()`` is called). ``rider``: a
+        command sent with every try, in its round trip; its last reply read is the grant's.
         """
         if mode not in (SHARED, EXCLUSIVE):
             raise ValueError(f"Unknown lock mode {mode!r}: use 'shared' or 'exclusive'.")
@@ -199,7 +201,7 @@ class RWLock:
         started = time.monotonic()
         deadline = None if timeout is None else started + max(0.0, timeout)
         try:
-            reply, sent, signals = self._wait(token, mode, owner_json, started, deadline)
+            reply, sent, signals = self._wait(token, mode, owner_json, started, deadline, rider)
         except BaseException:
             # A timeout, an interrupt or an unreachable Redis: leave no queue entry behind.
             self._give_up(token)
@@ -249,7 +251,13 @@ class RWLock:
         return self.acquire(EXCLUSIVE, timeout, owner=owner, token=token, keep_alive=keep_alive)
 
     def _wait(
-        self, token: str, mode: Mode, owner_json: str, started: float, deadline: float | None
+        self,
+        token: str,
+        mode: Mode,
+        owner_json: str,
+        started: float,
+        deadline: float | None,
+        rider: Rider | None,
     ) -> tuple[AcquireReply, float, int]:
         signals = 0
         unreachable_since: float | None = None
@@ -264,6 +272,7 @@ class RWLock:
                     waiter_ttl_ms=self.waiter_ttl_ms,
                     may_enqueue=deadline is None or deadline > started,
                     owner_json=owner_json,
+                    rider=rider,
                 )
                 if reply.granted or reply.outcome is AcquireOutcome.MODE_CONFLICT:
                     return reply, sent, signals

@@ -30,7 +30,7 @@ from executor.lock._models import (
     fence_of,
     fence_parts,
 )
-from executor.wire import Acks, LockKeys
+from executor.wire import Acks, LockKeys, Rider
 
 SCRIPT_NAMES = ("acquire", "release", "cancel", "renew", "check_fence", "status")
 # How long release.lua remembers that a token's loss was counted: longer than a holder keeps
@@ -150,10 +150,12 @@ class LockScripts:
     def _call(self, name: str, *args: str | int) -> Any:
         return self._scripts[name](keys=self._keys, args=[*self._common, *args])
 
-    def _acked(self, name: str, doing: str, *args: str | int) -> Any:
-        """A script that changes the lock: its reply once ``acks`` replicas hold the change."""
+    def _acked(self, name: str, doing: str, *args: str | int, rider: Rider | None = None) -> Any:
+        """A script that changes the lock: its reply once ``acks`` replicas hold the change
+        (and ``rider``'s command, sent in the same round trip)."""
         script = self._scripts[name]
-        return self.acks.run_script(self.client, script, self._keys, [*self._common, *args], doing)
+        args = (*self._common, *args)
+        return self.acks.run_script(self.client, script, self._keys, args, doing, rider)
 
     def acquire(
         self,
@@ -164,8 +166,10 @@ class LockScripts:
         waiter_ttl_ms: int,
         may_enqueue: bool,
         owner_json: str,
+        rider: Rider | None = None,
     ) -> AcquireReply:
-        """Take the lock, or queue (or re-check a queued token); see acquire.lua."""
+        """Take the lock, or queue (or re-check a queued token); see acquire.lua. ``rider``:
+        a command sent in the same round trip, whatever the grant."""
         reply = self._acked(
             "acquire",
             f"a {mode} grant of the lock on scope {self.keys.scope!r}",
@@ -175,6 +179,7 @@ class LockScripts:
             waiter_ttl_ms,
             "1" if may_enqueue else "0",
             owner_json,
+            rider=rider,
         )
         outcome = decode_outcome(AcquireOutcome, "acquire", reply[0])
         value, epoch = int(reply[1]), int(reply[3])

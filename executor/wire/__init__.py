@@ -15,7 +15,7 @@ from executor._lazy import face
 
 if TYPE_CHECKING:
     from executor._errors import NotServedOnQueue, NoWorkerError
-    from executor.wire._acks import Acks
+    from executor.wire._acks import Acks, Rider
     from executor.wire._catalog import (
         Catalog,
         WorkerCatalog,
@@ -81,6 +81,7 @@ __all__ = [
     "NotServedOnQueue",
     "ProcessRecord",
     "ResultStore",
+    "Rider",
     "SessionInfo",
     "SessionStore",
     "ToolCall",
@@ -130,6 +131,7 @@ _MODULE_OF: dict[str, str] = {
     "NotServedOnQueue": "executor._errors",
     "ProcessRecord": "executor.wire._processes",
     "ResultStore": "executor.wire._results",
+    "Rider": "executor.wire._acks",
     "SessionInfo": "executor.wire._sessions",
     "SessionStore": "executor.wire._sessions",
     "ToolCall": "executor.wire._models",

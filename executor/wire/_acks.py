@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio.client
@@ -42,6 +42,17 @@ class NotAcknowledged(ToolpoolError, redis.ConnectionError):
             f"{acknowledged} of {wanted} replicas acknowledged {doing} within {wait_ms} ms "
             "(TOOLPOOL_REDIS_REPLICAS); it is not acted on until enough do"
         )
+
+
+class Rider(Protocol):
+    """A command that goes in a script's round trip, after it and before its WAIT (so the
+    WAIT covers it too), whatever the script answers."""
+
+    def queue(self, pipe: Pipeline) -> None:
+        """Put its one command on ``pipe``."""
+
+    def read(self, reply: object) -> None:
+        """Take the command's reply (an error reply as an exception)."""
 
 
 # A WAIT needs this much of a connection's socket timeout left for its reply to come back.
@@ -120,21 +131,29 @@ class Acks:
         keys: Sequence[str],
         args: Sequence[str | int],
         doing: str,
+        rider: Rider | None = None,
     ) -> Any:
-        """``script``'s reply, once enough replicas hold what it wrote: the script and the WAIT
-        in one round trip (loading the script first if the server lost it)."""
-        if not self.wanted:
+        """``script``'s reply, once enough replicas hold what it wrote: the script, ``rider``'s
+        commands and the WAIT in one round trip (loading the script first if the server lost
+        it). ``rider`` reads its reply only once the script's is acknowledged."""
+        if not self.wanted and rider is None:
             return script(keys=keys, args=args)
         for attempt in (1, 2):
             with client.pipeline(transaction=False) as pipe:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
-                self.queue_wait(pipe)
-                reply, acknowledged = pipe.execute(raise_on_error=False)
+                if rider is not None:
+                    rider.queue(pipe)
+                waited = self.queue_wait(pipe)
+                replies = pipe.execute(raise_on_error=False)
+            reply = replies[0]
             if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 1:
                 client.script_load(script.script)
                 continue
             if isinstance(reply, BaseException):
                 raise reply
-            self.check(acknowledged, doing)
+            if waited:
+                self.check(replies[-1], doing)
+            if rider is not None:
+                rider.read(replies[1])
             return reply
         raise AssertionError("unreachable")  # pragma: no cover

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import redis
+from redis.client import Pipeline
 
 from executor._errors import ToolpoolError
 from executor.wire._keys import Keys
@@ -44,13 +45,32 @@ class CallClaims:
     def hold(self, call_id: str, turn_id: str, worker: str, liveness_ms: int) -> ClaimHold:
         """Renew ``worker``'s claim on ``call_id`` (or take it again where it lapsed), unless
         the call is answered or another worker holds it; one round trip."""
-        keys = [
+        keys = self._hold_keys(call_id, turn_id)
+        reply = self._hold(keys=keys, args=[worker, liveness_ms], client=self._client)
+        return _parse(reply)
+
+    def queue_hold(
+        self, pipe: Pipeline, call_id: str, turn_id: str, worker: str, liveness_ms: int
+    ) -> None:
+        """Queue ``hold`` on ``pipe`` (by the script's hash), to go with other commands in one
+        round trip; read its reply with ``read_hold``."""
+        keys = self._hold_keys(call_id, turn_id)
+        pipe.evalsha(self._hold.sha, len(keys), *keys, worker, liveness_ms)
+
+    @staticmethod
+    def read_hold(reply: object) -> ClaimHold | None:
+        """What a queued ``hold`` found; None if it did not run (an error reply, such as a
+        server that lost the script): then ask with ``hold``."""
+        if isinstance(reply, BaseException):
+            return None
+        return _parse(reply)
+
+    def _hold_keys(self, call_id: str, turn_id: str) -> list[str]:
+        return [
             self._keys.running(call_id),
             self._keys.result(call_id),
             self._keys.turn_cancel(turn_id),
         ]
-        reply = self._hold(keys=keys, args=[worker, liveness_ms], client=self._client)
-        return _parse(reply)
 
 
 def _parse(reply: object) -> ClaimHold:

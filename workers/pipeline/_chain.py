@@ -44,6 +44,20 @@ class Held(Protocol):
 LockGuard = Callable[["CallState"], AbstractContextManager[Held]]
 
 
+class GrantCheck(Protocol):
+    """What the lock guard checks at the grant: a command that rides on the grant's round
+    trip (``queue``, ``read``: a ``Rider``), and ``confirm``, under the grant."""
+
+    def queue(self, pipe: Pipeline) -> None:
+        """Put the check's one command on the grant's pipeline."""
+
+    def read(self, reply: object) -> None:
+        """Take its reply (each try of the grant sends it; the last read is the grant's)."""
+
+    def confirm(self, state: CallState) -> None:
+        """Under the grant: raise ``ClaimLost`` if this delivery must not run the call."""
+
+
 class ClaimLost(Exception):
     """Raised at the lock grant when this delivery of the call must not run it: another
     delivery holds its claim, or it is answered (``answer``). The claim step catches it and
@@ -96,9 +110,10 @@ class CallState:
     #: deletes them in the round trip that stores the result, and says so.
     claim_keys: tuple[str, ...] = ()
     claim_released: bool = False
-    #: Set by the claim step: called by the lock guard once the lock is granted, before the
-    #: tool starts; raises ``ClaimLost`` if this delivery must not run the call.
-    confirm_claim: Callable[[], None] | None = None
+    #: Set by the claim step: sent with the lock's grant and confirmed by the lock guard
+    #: before the tool starts; ``confirm`` raises ``ClaimLost`` if this delivery must not
+    #: run the call.
+    confirm_claim: GrantCheck | None = None
     #: Set (to a list) by the store step: what the steps inside leave for its round trip.
     #: None: no store step follows, so nothing may be left.
     closing: list[Closing] | None = None

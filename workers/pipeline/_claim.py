@@ -19,11 +19,12 @@ import contextlib
 import time
 
 import redis
+from redis.client import Pipeline
 
 from executor import Settings
 from executor import _texts as texts
 from executor._patience import patiently
-from executor.wire import CallClaims, CallJob, ErrorType, EventLog, Keys, ToolResult
+from executor.wire import CallClaims, CallJob, ClaimHold, ErrorType, EventLog, Keys, ToolResult
 from workers.pipeline._chain import CallState, ClaimLost, Proceed
 from workers.pipeline._store import Store
 
@@ -81,7 +82,7 @@ class Claim:
             if cancel_flag:
                 state.cancelled.set()
             state.claim_keys = (current_key, running_key)
-            state.confirm_claim = lambda: self._confirm(state)
+            state.confirm_claim = _ClaimAtGrant(self, job)
             return proceed(state)
         except ClaimLost as lost:
             # Another delivery of the call holds its claim (a failover dropped this one's and
@@ -97,18 +98,17 @@ class Claim:
                 with contextlib.suppress(redis.RedisError):
                     self._client.delete(current_key, running_key)
 
-    def _confirm(self, state: CallState) -> None:
-        """At the lock grant: keep the claim, or raise ``ClaimLost`` if this delivery must
-        not run the call. The claim taken at the start may have been dropped by a failover
-        since, and taken by another delivery of the same job; the grant serialises them."""
-        job = state.the_job()
-        found = patiently(
+    def hold(self, job: CallJob) -> ClaimHold:
+        """This worker's claim on ``job``'s call kept (or another's found, or the answer), in
+        a round trip of its own."""
+        return patiently(
             lambda: self._claims.hold(job.call.id, job.turn_id, self._worker, self._liveness_ms)
         )
-        if found.cancelled:
-            state.cancelled.set()
-        if not found.held:
-            raise ClaimLost(found.answer)
+
+    def queue_hold(self, pipe: Pipeline, job: CallJob) -> None:
+        """``hold`` put on ``pipe``, for another round trip to carry; read with
+        ``CallClaims.read_hold``."""
+        self._claims.queue_hold(pipe, job.call.id, job.turn_id, self._worker, self._liveness_ms)
 
     def _start(
         self, job: CallJob, current_key: str, running_key: str
@@ -167,3 +167,31 @@ def skip_cancelled(state: CallState, proceed: Proceed) -> ToolResult:
 
 def _text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class _ClaimAtGrant:
+    """The claim kept at the lock grant: its ``claim_hold`` rides on the grant's round trip
+    (and WAIT); read under the grant. The claim taken at the start may have been dropped by
+    a failover since, and taken by another delivery of the same job; the grant serialises
+    them. A grant whose ride did not run (a server that lost the script) asks again alone."""
+
+    def __init__(self, claim: Claim, job: CallJob) -> None:
+        self._claim = claim
+        self._job = job
+        self._found: ClaimHold | None = None
+
+    def queue(self, pipe: Pipeline) -> None:
+        self._found = None
+        self._claim.queue_hold(pipe, self._job)
+
+    def read(self, reply: object) -> None:
+        self._found = CallClaims.read_hold(reply)
+
+    def confirm(self, state: CallState) -> None:
+        found, self._found = self._found, None
+        if found is None:
+            found = self._claim.hold(self._job)
+        if found.cancelled:
+            state.cancelled.set()
+        if not found.held:
+            raise ClaimLost(found.answer)

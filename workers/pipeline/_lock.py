@@ -96,19 +96,21 @@ class LeaseGuard:
         mode = SHARED if tool.is_concurrency_safe else EXCLUSIVE
         owner = OwnerInfo.current(worker=self._worker, call_id=call.id, tool=tool.name)
         rwlock = self._locks(state.scope)
+        # The claim's check rides on the grant's round trip (and its WAIT).
+        rider = state.confirm_claim
         started = time.monotonic()
         try:
-            lease = rwlock.acquire(mode, timeout=0, owner=owner)
+            lease = rwlock.acquire(mode, timeout=0, owner=owner, rider=rider)
         except LockTimeout:
             self._events.emit(
                 "lock_wait", call_id=call.id, turn_id=turn_id, tool=tool.name, mode=mode
             )
-            lease = rwlock.acquire(mode, timeout=self._wait_s, owner=owner)
+            lease = rwlock.acquire(mode, timeout=self._wait_s, owner=owner, rider=rider)
         try:
             self._barrier(state.workspace.root)
-            if state.confirm_claim is not None:
+            if rider is not None:
                 # Under the grant: of two deliveries of one call, only the claim's holder runs.
-                state.confirm_claim()
+                rider.confirm(state)
         except BaseException:
             with contextlib.suppress(redis.RedisError, LockError):
                 lease.release()

@@ -64,7 +64,7 @@ class WorkerRuntime:
             self.client, self.keys, maxlen=settings.worker.events_maxlen, worker=worker_name
         )
         self.sessions = SessionStore(self.client, self.keys)
-        store = Store(self.results, self.events)
+        self.store = store = Store(self.results, self.events)
         lock_loss = LockLoss(self.client, self.keys, self.events)
         self._keep = FullOutputKeeper(self.results, settings)
         self._guard = LeaseGuard(

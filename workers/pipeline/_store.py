@@ -11,9 +11,11 @@ result that comes second (another delivery stored one first) is dropped, with a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import redis
+from redis.client import Pipeline
 
 from executor import _texts as texts
 from executor._patience import patiently
@@ -23,12 +25,26 @@ from workers.pipeline._chain import CallState, Closing, Proceed
 log = logging.getLogger(__name__)
 
 
+class JobEnding(Protocol):
+    """The queue's bookkeeping of the job whose call is answered (RQ's end of a job that
+    ended well): sent after the result, in its round trip."""
+
+    def queue(self, pipe: Pipeline) -> None:
+        """Put the commands on ``pipe``."""
+
+    def mark_sent(self) -> None:
+        """The round trip came back."""
+
+
 class Store:
     """Step: store the answer of the steps inside; the stored result is the job's answer."""
 
     def __init__(self, results: ResultStore, events: EventLog) -> None:
         self._results = results
         self._events = events
+        #: The running job's end, taken once by the round trip that stores a result (set by
+        #: the worker process, ``executor._rq.worker.ToolpoolWorker.take_end``).
+        self.take_end: Callable[[], JobEnding | None] = lambda: None
 
     def __call__(self, state: CallState, proceed: Proceed) -> ToolResult:
         state.closing = []
@@ -112,8 +128,13 @@ class Store:
             self._results.publish_into(pipe, job.turn_id, result, job.then)
             if release:
                 pipe.delete(*release)
+            ending = self.take_end()
+            if ending is not None:
+                ending.queue(pipe)
             waited = self._results.acks.queue_wait(pipe)
             replies = pipe.execute(raise_on_error=False)
+        if ending is not None:
+            ending.mark_sent()
         if waited:
             # Not acknowledged: raised before anything is read, so the release of the lease
             # goes again alone (``closing``) and the result is stored again, patiently.

@@ -114,6 +114,9 @@ def run_worker(
         )
     worker = worker_class(queues, connection=runtime.client, name=name, keys=runtime.keys)
     worker.events = runtime.events
+    if isinstance(worker, ToolpoolWorker):
+        # RQ's end of a job goes in the round trip that answers its call.
+        runtime.store.take_end = worker.take_end
     logging.getLogger("rq.worker").setLevel(logging_level)
     entry = WorkerCatalog.build(
         name,

@@ -27,7 +27,8 @@ from tests.support.procs import MakeWorkers
 from tests.support.sandbox import require_sandbox
 from tests.support.sessions import call, host_settings, ok
 from tests.support.waiting import PATIENCE_S, gone, wait_for
-from workers.processes._netns import stop_holder
+from workers.processes._netns import current, join, stop_holder
+from workers.tools import _shell_peers
 from workers.tools._cgroup import find_cgroups
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_warm import MADE_IN_CALL, SANDBOX_AHEAD, units
@@ -95,8 +96,8 @@ def _ahead(before: dict[str, int]) -> int:
 
 
 def _warmed(session: _Session) -> dict[str, int]:
-    """Run two calls in ``session`` (from its second, its sandbox is made ahead for the
-    next); the counts."""
+    """Run two calls in ``session`` (the first may start its network, in which the second's
+    sandbox is made ahead, as the next one's); the counts."""
     session.run("true")
     session.run("true")
     assert units().settle(PATIENCE_S), "the units were not made in time"
@@ -329,16 +330,39 @@ def test_a_forked_worker_makes_its_own_launches_and_leaves_its_parents_alone(
     assert second.cwd == "sub"
 
 
-def test_a_sandbox_is_made_ahead_from_a_places_second_call(
+def test_a_sandbox_is_made_ahead_from_a_places_first_call(
     sessions_root: Path, settings: BashSettings
 ) -> None:
     session = _Session(sessions_root, "a", settings)
 
     def kept() -> bool:
+        current(session.host_folder)  # its network, if it was starting here, has started
         assert units().settle(PATIENCE_S)
         return any(place.workspace == session.folder for place in units().kept())
 
     session.run("true")
-    assert not kept()
-    session.run("true")
     assert kept()
+    before = units().counts()
+    session.run("true")
+    assert _ahead(before) == 1
+
+
+def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
+    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    # What another worker of the host leaves of a's calls there: its network, and its note.
+    first.host_folder.mkdir(parents=True)
+    join(first.host_folder)
+    _shell_peers.Peers().note(first.host_folder.parent, "a")
+
+    second.run("true")
+
+    wait_for(
+        lambda: any(place.workspace == first.folder for place in units().kept()),
+        "a's sandbox made ahead on this worker",
+    )
+    before = units().counts()
+    assert first.stdout("echo $$") == ["2"]
+    assert _ahead(before) == 1

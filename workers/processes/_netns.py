@@ -5,10 +5,14 @@ background would then be out of reach of the session's next command. So a sessio
 (``bash`` and its background processes) join one namespace of the session's own, held open by
 a small holder process: its loopback is up, nothing else is in it, and no other session can
 reach it. The holder lives until the session is deleted or expires, or the pool on this host
-stops; the next command makes a new one. It is started by the session's first command, so it
-starts light: a Python of the standard library alone (``python -I -S -c _HOLD FOLDER``, about
-20 ms, where one importing toolpool takes 100 ms and more), which makes the namespace and
-becomes the shell that keeps it.
+stops; the next command makes a new one. It starts light: a Python of the standard library
+alone (``python -I -S -c _HOLD FOLDER``, about 20 ms, where one importing toolpool takes 100 ms
+and more), which makes the namespace and becomes the shell that keeps it.
+
+A background process (``join``) starts the holder at once. A bash command finds it with
+``current``; where there is none yet, the session has nothing serving on a loopback, so the
+command runs in a network of its own (the same, empty) while ``start_soon`` starts the holder
+off its path, for the next command.
 
 Joining another process's namespace takes ``CAP_SYS_ADMIN``: a worker running as root does it
 with ``nsenter``. Elsewhere ``join`` says why it cannot, and each command keeps its own empty
@@ -19,14 +23,20 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import shutil
 import signal
 import sys
+import threading
+from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
 from workers.processes._daemon import NETNS_OF, daemon_env, start_daemon
 from workers.processes._place import NETNS_PID, daemon_alive
+
+log = logging.getLogger(__name__)
 
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
@@ -35,11 +45,11 @@ _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 def join(host_folder: Path) -> tuple[list[str], str]:
     """The command prefix that joins the session's namespace (made if need be), and "";
     or ``[]`` and why the session cannot have one here."""
-    nsenter = shutil.which("nsenter")
-    if os.geteuid() != 0:
-        return [], "a session network of its own needs a worker running as root"
-    if nsenter is None:
-        return [], "a session network of its own needs nsenter (util-linux) on the worker"
+    why = _why_not()
+    if why:
+        return [], why
+    nsenter = _nsenter()
+    assert nsenter is not None  # _why_not says so
     host_folder.mkdir(parents=True, exist_ok=True)
     marker = str(host_folder)
     with _locked(host_folder / f"{NETNS_PID}.lock"):
@@ -49,7 +59,87 @@ def join(host_folder: Path) -> tuple[list[str], str]:
             env = daemon_env({NETNS_OF: marker})
             pid = start_daemon(argv, env, "the session network")
             (host_folder / NETNS_PID).write_text(str(pid))
-    return [nsenter, f"--net=/proc/{pid}/ns/net", "--"], ""
+    return _prefix(nsenter, pid), ""
+
+
+def current(host_folder: Path) -> list[str] | None:
+    """The prefix that joins the session's namespace if its holder runs (waiting for a start
+    of this process under way); ``[]`` where the session cannot have one here; None: none
+    yet. Without the lock: a holder is only ever started whole, under it."""
+    if _why_not():
+        return []
+    with _starts_lock:
+        starting = _starts.get(host_folder)
+    if starting is not None:
+        starting.join()
+    pid = _holder(host_folder)
+    if pid is None or not daemon_alive(pid, str(host_folder)):
+        return None
+    nsenter = _nsenter()
+    return None if nsenter is None else _prefix(nsenter, pid)
+
+
+def start_soon(host_folder: Path, then: Callable[[list[str]], None]) -> None:
+    """Start the session's holder in a thread of this process, unless one is on its way, and
+    hand its prefix to ``then``. In a forked worker (whose threads end with its job) now."""
+    with _starts_lock:
+        if host_folder in _starts:
+            return
+        thread = threading.Thread(
+            target=_start, args=(host_folder, then), name="session-network", daemon=True
+        )
+        if not _forked:
+            _starts[host_folder] = thread
+    if _forked:
+        _start(host_folder, then)
+    else:
+        thread.start()
+
+
+def _start(host_folder: Path, then: Callable[[list[str]], None]) -> None:
+    try:
+        prefix, _ = join(host_folder)
+        if prefix:
+            then(prefix)
+    except Exception as exc:  # the thread must end quietly: the next command starts its own
+        log.warning("toolpool: the session network of %s could not start: %s", host_folder, exc)
+    finally:
+        with _starts_lock:
+            _starts.pop(host_folder, None)
+
+
+def _why_not() -> str:
+    if os.geteuid() != 0:
+        return "a session network of its own needs a worker running as root"
+    if _nsenter() is None:
+        return "a session network of its own needs nsenter (util-linux) on the worker"
+    return ""
+
+
+@cache
+def _nsenter() -> str | None:
+    return shutil.which("nsenter")
+
+
+def _prefix(nsenter: str, pid: int) -> list[str]:
+    return [nsenter, f"--net=/proc/{pid}/ns/net", "--"]
+
+
+# The holders this process is starting (``start_soon``), by host folder.
+_starts: dict[Path, threading.Thread] = {}
+_starts_lock = threading.Lock()
+_forked = False
+
+
+def _in_forked_child() -> None:
+    # The parent's starts are not the child's, and its lock may have been held at the fork.
+    global _forked, _starts_lock  # noqa: PLW0603 -- set once, in a forked child
+    _forked = True
+    _starts.clear()
+    _starts_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_in_forked_child)
 
 
 def stop_holder(host_folder: Path) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 import weakref
 from pathlib import Path
 
 from executor import WorkspaceError
 from executor.contract import ShellState, ToolContext
+from workers.tools._shell_export import ExportError, exported
 
 # Variables bash sets by itself: never kept as the session's own.
 _SHELL_OWN = frozenset({"_", "PWD", "OLDPWD", "SHLVL", "BASH_ENV", "TOOLPOOL_POOL_CHILD"})
@@ -26,6 +28,7 @@ _NOT_KEPT = (
 # The most of exported variables a session keeps (as JSON): enough for a virtualenv and a
 # few settings, not a place to store data.
 _MAX_KEPT_ENV = 64 * 1024
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class ShellFiles:
@@ -36,12 +39,24 @@ class ShellFiles:
     included) bash writes its working directory and exported variables to ``fd``, an
     anonymous file of ours that the command inherits. Made before the command (a sandbox made
     ahead shows ``startup`` to the command it will run); ``close`` removes both.
+
+    The variables come from builtins (``export -p``), with no process more on the way to the
+    answer; only where the shell has functions (an exported one is in the environment as
+    ``BASH_FUNC_NAME%%``) or no ``compgen`` to tell, ``env -0`` lists the environment as is.
     """
 
     def __init__(self) -> None:
         self._file = tempfile.TemporaryFile()  # noqa: SIM115
         self.fd = self._file.fileno()
-        save = f'__tp_rc=$?; {{ pwd -P; printf "\\0"; env -0; }} >&{self.fd} 2>/dev/null'
+        variables = (
+            "compgen -A function >/dev/null 2>&1; "
+            'if [ $? = 1 ]; then builtin printf "export\\0"; builtin export -p; '
+            'else builtin printf "env\\0"; env -0; fi'
+        )
+        save = (
+            f'__tp_rc=$?; {{ builtin pwd -P; builtin printf "\\0"; {variables}; }} '
+            f">&{self.fd} 2>/dev/null"
+        )
         # Removed by this process only (``close``, or when dropped unclosed): a process forked
         # from the worker holds copies of these objects, and its end must not remove the file.
         self._startup = tempfile.NamedTemporaryFile(  # noqa: SIM115
@@ -148,9 +163,8 @@ class SessionShell:
                 "command starts in the session folder's root, not there."
             )
         env = {}
-        for entry in listed.split(b"\0"):
-            name, sep, value = entry.decode(errors="replace").partition("=")
-            if sep and name not in _SHELL_OWN and self._base_env.get(name) != value:
+        for name, value in self._listed(listed).items():
+            if name not in _SHELL_OWN and self._base_env.get(name) != value:
                 env[name] = value
         if len(json.dumps(env)) > _MAX_KEPT_ENV:
             notes.append(
@@ -161,3 +175,24 @@ class SessionShell:
         if not self._state.save(cwd, env):
             notes.append(_NOT_KEPT)
         return notes
+
+    def _listed(self, listed: bytes) -> dict[str, str]:
+        """The environment the shell ended with, from what its trap wrote after the cwd."""
+        kind, _, rest = listed.partition(b"\0")
+        if kind != b"export":  # env -0's NAME=VALUE entries
+            pairs = (entry.partition(b"=") for entry in rest.split(b"\0"))
+            return {_text(name): _text(value) for name, sep, value in pairs if sep}
+        try:
+            found = {_text(name): _text(value) for name, value in exported(rest).items()}
+        except ExportError:
+            return dict(self._state.env)  # not bash's listing: the variables stay as they were
+        # What bash cannot hold as a variable (a name that is no identifier) passes through
+        # it to the command's children unchanged: the shell ended with it as it started.
+        for name, value in self.env.items():
+            if not _IDENTIFIER.match(name) and not name.startswith("BASH_FUNC_"):
+                found.setdefault(name, value)
+        return found
+
+
+def _text(data: bytes) -> str:
+    return data.decode(errors="replace")

@@ -14,8 +14,8 @@ after it: nothing passes from one call to the next.
   unconfined command runs in it directly; a sandboxed one starts the session's network and
   bubblewrap from it (the sandbox made in the call, but not the cgroup's wait).
 - A *sandbox* unit belongs to one place: its workspace, its network, the settings. It is made
-  when a call runs there, from the second on, for the next call there on this worker process
-  (a session's calls come round to each worker of its host).
+  when a call runs there, for the next call there on this worker process (a session's calls
+  come round to each worker of its host), and when a session's network has just started.
 
 A worker process keeps one outside unit per settings, and sandbox units for the last
 ``BashSettings.warm`` places, each at most ``IDLE_S``. A sandbox unit is checked when taken:
@@ -46,10 +46,12 @@ from workers.tools._shell_unit import Place, Unit, script
 # A unit unused this long is removed: it holds a cgroup, a few small processes and, for a
 # sandbox, its view of a workspace.
 IDLE_S = 600.0
-# How many places a worker process remembers having run a call at (``Units.seen``).
-_SEEN = 256
 # How long a call waits for its place's unit that is being made, before it goes without.
 _MAKING_WAIT_S = 2.0
+# How long work a call asks for (a unit to make, its used one to remove) waits for the next
+# command to start (``Units.wake``): it runs beside a command, not on the way to one or to
+# an answer, and without a command within this time it runs anyway.
+_DEFER_S = 0.1
 # How a call's launch was had (``Units.counts``): its place's sandbox made ahead, the outside
 # unit made ahead, or a unit made in the call.
 SANDBOX_AHEAD, OUTSIDE_AHEAD, MADE_IN_CALL = "sandbox made ahead", "outside made ahead", "in call"
@@ -62,9 +64,11 @@ def take(
     worker_folders: tuple[Path, ...],
     network: list[str],
     session: bool,
+    ahead: bool = True,
 ) -> Unit:
     """The unit a call in ``workspace`` runs in: its place's sandbox unit where one fits,
-    else the outside unit (made now if none is ready). Either way, one more is asked for."""
+    else the outside unit (made now if none is ready). Either way, one more is asked for
+    (its place's sandbox unless not ``ahead``: a session's network about to start)."""
     cgroups = available_cgroups()
     keep = settings.warm
     if bwrap is not None:
@@ -73,9 +77,9 @@ def take(
         if unit is not None and not unit.fits(hidden_paths(settings, workspace, worker_folders)):
             _units.spend(unit)
             unit = None
-        # A place's sandbox is made ahead from its second call here on: a session that has
-        # come round to this worker twice is likely to again; one call alone is no sign.
-        if unit is not None or _units.seen(place):
+        # A place's sandbox is made ahead from its first call here on: a session's calls come
+        # round to each worker of its host, and its next one here should find it made.
+        if ahead:
             _units.want(place, keep)
         if unit is not None:
             _units.served(SANDBOX_AHEAD)
@@ -97,6 +101,23 @@ def take(
         return Unit.make(outside)
     except OSError as exc:
         raise ToolError(f"Could not start bash: {exc}. Try again later.") from None
+
+
+def make_ahead(
+    settings: BashSettings,
+    bwrap: str | None,
+    workspace: Path,
+    worker_folders: tuple[Path, ...],
+    network: list[str],
+    session: bool,
+) -> None:
+    """Have the sandbox of a place made ahead, for its next call here (a session's network
+    just started)."""
+    if bwrap is not None:
+        place = Place(
+            settings, available_cgroups(), bwrap, workspace, worker_folders, tuple(network), session
+        )
+        _units.want(place, settings.warm, now=True)
 
 
 def launch(
@@ -132,11 +153,12 @@ class Units:
         self._wanted: OrderedDict[Place, int] = OrderedDict()
         self._making: Place | None = None
         self._spent: list[Unit] = []
+        # When the work waiting (wanted and spent units) is due; None: none waits.
+        self._due: float | None = None
         self._busy = False
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
         self._inherited: list[Unit] = []
-        self._seen: OrderedDict[Place, bool] = OrderedDict()
 
     def take(self, place: Place) -> Unit | None:
         """The unit ready for ``place`` (waiting a moment for one being made), or None."""
@@ -151,26 +173,17 @@ class Units:
             self._wanted.pop(place, None)
             return self._ready.pop(place, None)
 
-    def want(self, place: Place, keep: int) -> None:
+    def want(self, place: Place, keep: int, now: bool = False) -> None:
         """Have a unit made for ``place``, unless one is ready or on its way; ``keep``: the
-        sandbox units to keep, the longest unused removed first."""
+        sandbox units to keep, the longest unused removed first. ``now``: no call waits for
+        its command to start (else at ``wake``, or after ``_DEFER_S``)."""
         with self._changed:
             if not self._enabled or keep <= 0:
                 return
             if place in self._ready or place in self._wanted or place == self._making:
                 return
             self._wanted[place] = keep
-            self._wake()
-
-    def seen(self, place: Place) -> bool:
-        """Whether a call ran at ``place`` here before (of the last ``_SEEN`` places); this
-        call is remembered."""
-        with self._changed:
-            before = self._seen.pop(place, False)
-            self._seen[place] = True
-            while len(self._seen) > _SEEN:
-                self._seen.popitem(last=False)
-            return before
+            self._asked(time.monotonic() + (0.0 if now else _DEFER_S))
 
     def spend(self, unit: Unit) -> None:
         """Remove ``unit`` after its call, in the background (in the caller where there is
@@ -180,7 +193,13 @@ class Units:
             return
         with self._changed:
             self._spent.append(unit)
-            self._wake()
+            self._asked(time.monotonic() + _DEFER_S)
+
+    def wake(self) -> None:
+        """A call's command has started: the work waiting may run now, beside it."""
+        with self._changed:
+            if self._due is not None:
+                self._asked(time.monotonic())
 
     def served(self, how: str) -> None:
         """Count a call's launch by how it was had (``SANDBOX_AHEAD`` ...)."""
@@ -201,6 +220,8 @@ class Units:
         """Wait until nothing is being made or removed; False if still busy at ``timeout``."""
         deadline = time.monotonic() + timeout
         with self._changed:
+            if self._due is not None:
+                self._asked(time.monotonic())
             while self._wanted or self._spent or self._making is not None or self._busy:
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -219,7 +240,9 @@ class Units:
         for unit in units:
             unit.close()
 
-    def _wake(self) -> None:
+    def _asked(self, due: float) -> None:
+        """Have the thread do the work waiting by ``due`` (holding the condition)."""
+        self._due = due if self._due is None else min(self._due, due)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="bash-units", daemon=True)
             self._thread.start()
@@ -256,10 +279,14 @@ class Units:
             expired = [p for p, u in self._ready.items() if now - u.made >= IDLE_S]
             for old in expired:
                 self._spent.append(self._ready.pop(old))
-            if self._wanted or self._spent:
+            if not self._wanted and not self._spent:
+                self._due = None
+            elif self._due is None or self._due <= now:
                 break
-            oldest = min((u.made for u in self._ready.values()), default=None)
-            self._changed.wait(None if oldest is None else oldest + IDLE_S - now)
+            wakes = [u.made + IDLE_S for u in self._ready.values()]
+            if self._due is not None:
+                wakes.append(self._due)
+            self._changed.wait(min(wakes) - now if wakes else None)
         if self._wanted:  # a unit a call may wait for comes before a removal
             place, keep = self._wanted.popitem(last=False)
             return place, keep, []

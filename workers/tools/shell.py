@@ -23,21 +23,24 @@ exported (``workers.tools._shell_state``). The state is kept in Redis, so any wo
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated
 
 from pydantic import Field
 
 from executor import ToolError
 from executor.contract import ToolContext, tool
-from workers.processes._netns import join
+from workers.processes._netns import current, start_soon
 from workers.tools._confine import sandbox_for
+from workers.tools._shell_peers import ahead_of_peers
 from workers.tools._shell_run import ShellRun
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_state import SessionShell
-from workers.tools._shell_warm import launch, take, units
+from workers.tools._shell_warm import launch, make_ahead, take, units
 
 # When the runner's deadline is nearer than the wanted time limit, stop this much earlier so
 # the kill and the report (with partial output) happen before the runner gives up on us.
@@ -100,7 +103,7 @@ def bash(
             "ran. Remove it; to produce a NUL byte, write printf '\\0' in the command."
         )
     limit = _time_limit(ctx, timeout)
-    executable = shutil.which("bash")
+    executable = _bash()
     if executable is None:
         raise ToolError(
             "bash is not available on this worker (no 'bash' on its PATH), so shell commands "
@@ -109,17 +112,19 @@ def bash(
     settings = ctx.settings_as(BashSettings)
     env = command_environment(os.environ, settings.env)
     cap = settings.max_output_bytes
-    root = ctx.workspace.root
+    root, folders = ctx.workspace.root, ctx.worker_folders
     bwrap = sandbox_for(settings)
-    network = _network(ctx, bwrap)
+    network, starting = _network(ctx, settings, bwrap)
     argv = [executable, "-c", command]
-    unit = take(settings, bwrap, root, ctx.worker_folders, network, ctx.shell is not None)
-    confinement = unit.confinement.placed(root, ctx.worker_folders, network)
+    session = ctx.shell is not None
+    unit = take(settings, bwrap, root, folders, network, session, not starting)
+    confinement = unit.confinement.placed(root, folders, network)
     env.update(confinement.env)
     try:
         if ctx.shell is None:
             script = launch(unit, confinement, root, env, argv)
             run = ShellRun.attach(unit, script, cap, confinement)
+            units().wake()  # the next unit is made beside the command, not before it
             try:
                 return run.finish(ctx, limit)
             finally:
@@ -129,6 +134,11 @@ def bash(
             # launcher or the sandbox, outside the sandbox: it is set inside only.
             script = launch(unit, confinement, shell.cwd, shell.env, argv, (shell.startup,))
             run = ShellRun.attach(unit, script, cap, confinement)
+            units().wake()
+            if bwrap is not None and ctx.session is not None:
+                # The host's other sessions' sandboxes made ahead here too, beside the command.
+                place = ctx.session
+                ahead_of_peers(settings, bwrap, place.name, place.host_folder, root, folders)
             run.notes.extend(shell.notes)
             try:
                 report = run.finish(ctx, limit)
@@ -145,24 +155,50 @@ def bash(
     return "\n".join([report, *notes])
 
 
-def _network(ctx: ToolContext, bwrap: str | None) -> list[str]:
+def _network(ctx: ToolContext, settings: BashSettings, bwrap: str | None) -> tuple[list[str], bool]:
     """In a session, the prefix that joins its own network namespace, so that what its
-    background processes serve on the loopback is reachable; [] for a network of its own."""
-    settings = ctx.settings_as(BashSettings)
+    background processes serve on the loopback is reachable; [] for a network of its own.
+    And whether the session's network is starting (this network is for this call alone)."""
     if ctx.session is None or bwrap is None or settings.network:
-        return []
-    prefix, _ = join(ctx.session.host_folder)
-    return prefix
+        return [], False
+    prefix = current(ctx.session.host_folder)
+    if prefix is not None:
+        return prefix, False
+    # No holder yet, so nothing of the session serves on a loopback: a network of its own is
+    # the same to this command. The holder starts off its path, the next sandbox ahead in it.
+    root, folders, session = ctx.workspace.root, ctx.worker_folders, ctx.shell is not None
+
+    def started(joined: list[str]) -> None:
+        make_ahead(settings, bwrap, root, folders, joined, session)
+
+    start_soon(ctx.session.host_folder, started)
+    return [], True
 
 
 def command_environment(environ: Mapping[str, str], extra: str) -> dict[str, str]:
     """The variables of ``environ`` allowed through: ``_BASE_ENV`` and the ``extra`` names."""
+    allowed = _allowed(extra)
+    return {name: value for name, value in environ.items() if allowed(name)}
+
+
+@functools.cache
+def _allowed(extra: str) -> Callable[[str], re.Match[str] | None]:
+    """Whether a name is one of ``_BASE_ENV`` and the ``extra`` patterns: one pattern of all."""
     patterns = (*_BASE_ENV, *extra.split())
-    return {
-        name: value
-        for name, value in environ.items()
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
-    }
+    return re.compile("|".join(fnmatch.translate(pattern) for pattern in patterns)).match
+
+
+def _bash() -> str | None:
+    """bash's path on the worker's ``PATH``, looked up again only when the ``PATH`` changed
+    or the file went."""
+    path = os.environ.get("PATH")
+    found = _found_bash.get(path)
+    if found is None or not os.access(found, os.X_OK):
+        found = _found_bash[path] = shutil.which("bash")
+    return found
+
+
+_found_bash: dict[str | None, str | None] = {}
 
 
 def _time_limit(ctx: ToolContext, requested: float | None) -> float:

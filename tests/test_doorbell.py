@@ -110,7 +110,7 @@ def test_a_session_operation_rings_its_hosts_queue(client: redis.Redis) -> None:
 def test_a_job_put_back_by_the_pool_rings(client: redis.Redis) -> None:
     queue = _queue(client, "q")
     _push(queue, "lost")
-    assert Taker(client, [queue]).take_now() == (queue.key, "lost")
+    assert _taken(Taker(client, [queue])) == (queue.key, "lost")
     assert _tokens(client, queue) == 0
 
     assert requeue_dequeued(queue, "lost", doorbell=KEYS.doorbell(queue.name))
@@ -131,7 +131,7 @@ def test_a_take_rings_for_the_job_it_leaves_on_another_queue(client: redis.Redis
     _push(pool, "p")
     assert client.lpop(KEYS.doorbell("pool")) is not None  # the waiting worker's BLPOP
 
-    assert Taker(client, [host, pool]).take_now() == (host.key, "h")
+    assert _taken(Taker(client, [host, pool])) == (host.key, "h")
 
     assert (_tokens(client, host), _tokens(client, pool)) == (0, 1)
 
@@ -142,7 +142,7 @@ def test_a_job_pushed_without_a_ring_gets_one_at_the_next_take(client: redis.Red
     _push(second, "unrung-1", rung=False)
     _push(second, "unrung-2", rung=False)
 
-    assert Taker(client, [first, second]).take_now() == (second.key, "unrung-1")
+    assert _taken(Taker(client, [first, second])) == (second.key, "unrung-1")
 
     assert _tokens(client, second) == 1
 
@@ -280,3 +280,9 @@ def test_an_idle_two_queue_worker_sends_nothing_but_its_heartbeat(
 
     # The refresh is two commands in one round trip: its SADD may land either side.
     assert [item for item in sent if item != ("SADD", KEYS.catalog_index)] == []
+
+
+def _taken(taker: Taker) -> tuple[str, str] | None:
+    """What ``taker`` took now: its queue's key and the job's id."""
+    taken = taker.take_now()
+    return None if taken is None else (taken.queue_key, taken.job_id)

@@ -10,10 +10,12 @@ several lists either.
 
 ``ReliableQueue.dequeue_any`` takes a job off several queues with one script
 (``lua/take.lua``): the first job of the first non-empty queue, in the worker's order, moved
-into its intermediate list as RQ's LMOVE would. When every queue is empty, the worker blocks
-on the queues' doorbells (``executor._rq.doorbell``) with one BLPOP until a job is put on any
-of them, then takes again: no polling while idle, and a job on any queue is taken as soon as
-it is pushed. A worker of one queue keeps RQ's own BLMOVE.
+into its intermediate list as RQ's LMOVE would, with the job's hash read in the same round
+trip. When every queue is empty, the worker blocks on the queues' doorbells
+(``executor._rq.doorbell``) with one BLPOP until a job is put on any of them, then takes
+again: no polling while idle, and a job on any queue is taken as soon as it is pushed. A
+worker of one queue takes with the script while its queue had work the last time it looked,
+and otherwise blocks in RQ's own BLMOVE.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ import hashlib
 import time
 from collections.abc import Iterable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
 from rq import Queue
 from rq.exceptions import DequeueTimeout
 from rq.intermediate_queue import IntermediateQueue
-from rq.job import Job
+from rq.job import Job, parse_job_id
 from rq.serializers import Serializer
 from rq.timeouts import BaseDeathPenalty
 from rq.utils import as_text
@@ -36,6 +38,7 @@ from rq.utils import as_text
 from executor._errors import ConfigurationError
 from executor._rq.doorbell import EXPIRY_S
 
+_JOB_PREFIX = Job.redis_job_namespace_prefix
 # Read and hashed once: each take sends the hash alone (EVALSHA).
 _TAKE = resources.files("executor._rq").joinpath("lua/take.lua").read_text("utf-8")
 _TAKE_SHA = hashlib.sha1(_TAKE.encode("utf-8")).hexdigest()
@@ -67,8 +70,10 @@ class ReliableQueue(Queue):
         not at all if None), moved into its intermediate list; ``DequeueTimeout`` when none
         came."""
         queues = list(queues)
-        if len(queues) == 1:
-            return super().dequeue_any(
+        one = queues[0] if len(queues) == 1 else None
+        if one is not None and (_doorbell_of(one) is None or one.key in _IDLE):
+            # A queue that was empty the last time: block in RQ's own BLMOVE (and fetch).
+            taken_by_rq = super().dequeue_any(
                 queues,
                 timeout,
                 connection,
@@ -76,24 +81,42 @@ class ReliableQueue(Queue):
                 serializer=serializer,
                 death_penalty_class=death_penalty_class,
             )
+            if taken_by_rq is not None:
+                _IDLE.discard(one.key)  # more may follow: look with the script next time
+            return taken_by_rq
         taker = Taker(connection, queues)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            taken = taker.take(deadline)
+            taken = taker.take(None if one is not None else deadline)
             if taken is None:
-                return None
-            queue_key, job_id = taken
-            found = cls._fetch_dequeued_job(
-                connection,
-                queue_key,
-                job_id,
-                job_class=job_class,
-                serializer=serializer,
-                death_penalty_class=death_penalty_class,
-            )
-            if found is not None:
-                return found
+                if one is None or timeout is None:
+                    return None
+                _IDLE.add(one.key)
+                return cls.dequeue_any(
+                    queues, timeout, connection, job_class, serializer, death_penalty_class
+                )
+            job_cls = job_class or cls.job_class
+            if taken.fields:
+                job_id = parse_job_id(taken.job_id)
+                job = job_cls(job_id, connection=connection, serializer=serializer)
+                job.restore(taken.fields)
+                queue = cls.from_queue_key(
+                    taken.queue_key,
+                    connection=connection,
+                    job_class=job_cls,
+                    serializer=serializer,
+                    death_penalty_class=death_penalty_class,
+                )
+                return job, queue
             # The job's hash is gone (expired or deleted): RQ skips it too; take the next.
+
+
+class Taken(NamedTuple):
+    """A job taken off a queue: the queue's key, the job's id, its hash (empty if gone)."""
+
+    queue_key: str
+    job_id: str
+    fields: dict[bytes, bytes]
 
 
 class Taker:
@@ -111,10 +134,10 @@ class Taker:
             for key in (queue_key, intermediate(queue_key), doorbell)
         ]
 
-    def take(self, deadline: float | None) -> tuple[str, str] | None:
+    def take(self, deadline: float | None) -> Taken | None:
         """Move the first job of the first non-empty queue into that queue's intermediate
-        list; wait for a ring until ``deadline`` (None: do not wait). ``(queue key, job id)``,
-        or None without a deadline; ``DequeueTimeout`` at the deadline."""
+        list; wait for a ring until ``deadline`` (None: do not wait). The job taken, or None
+        without a deadline; ``DequeueTimeout`` at the deadline."""
         while True:
             taken = self.take_now()
             if taken is not None or deadline is None:
@@ -123,13 +146,14 @@ class Taker:
             if remaining <= 0 or not self._wait(remaining):
                 raise DequeueTimeout(max(0, int(remaining)), list(self._queue_keys))
 
-    def take_now(self) -> tuple[str, str] | None:
-        """One look at the queues, one round trip: ``(queue key, job id)`` or None."""
+    def take_now(self) -> Taken | None:
+        """One look at the queues, one round trip: the job taken, or None."""
         reply = _run_take(self._connection, self._script_keys)
         if not reply:
             return None
-        index, job_id = reply
-        return self._queue_keys[int(index) - 1], as_text(job_id)
+        index, job_id, flat = reply
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))
+        return Taken(self._queue_keys[int(index) - 1], as_text(job_id), fields)
 
     def _wait(self, seconds: float) -> bool:
         """Block until a doorbell rings (True: its token is taken) or ``seconds`` pass."""
@@ -138,8 +162,17 @@ class Taker:
         return self._connection.blpop(self.doorbells, timeout) is not None
 
 
+# The queues of one worker of one queue that were empty when it last looked: it blocks in
+# RQ's BLMOVE for them, and takes with the script (job and hash in one round trip) otherwise.
+_IDLE: set[str] = set()
+
+
+def _doorbell_of(queue: Queue) -> str | None:
+    return queue.doorbell if isinstance(queue, ReliableQueue) else None
+
+
 def _doorbell(queue: Queue) -> str:
-    doorbell = queue.doorbell if isinstance(queue, ReliableQueue) else None
+    doorbell = _doorbell_of(queue)
     if doorbell is None:
         raise ConfigurationError(
             f"queue {queue.name!r} has no doorbell: a worker of several queues waits on their "
@@ -152,6 +185,6 @@ def _run_take(connection: redis.Redis, keys: list[str]) -> Any:
     """take.lua, by its hash; sent whole once when Redis does not have it (a new or
     restarted server)."""
     try:
-        return connection.evalsha(_TAKE_SHA, len(keys), *keys, EXPIRY_S)
+        return connection.evalsha(_TAKE_SHA, len(keys), *keys, EXPIRY_S, _JOB_PREFIX)
     except redis.exceptions.NoScriptError:
-        return connection.eval(_TAKE, len(keys), *keys, EXPIRY_S)
+        return connection.eval(_TAKE, len(keys), *keys, EXPIRY_S, _JOB_PREFIX)

@@ -6,8 +6,11 @@
 -- KEYS[3i-1]  intermediate list  RQ's rq:queue:<name>:intermediate   LIST, the job pushed on its tail
 -- KEYS[3i]    doorbell           toolpool:doorbell:<name>            LIST, tokens dropped or one pushed
 -- ARGV[1]     expiry seconds     of a doorbell this script rings
+-- ARGV[2]     job key prefix     RQ's rq:job: (the taken job's hash is read by its id, which
+--                                only this script knows: a standalone Redis, not a cluster)
 --
--- Returns {i, job id} for the job taken off queue i, or nil when every queue is empty.
+-- Returns {i, job id, the job's hash as HGETALL lists it (empty if gone)} for the job taken
+-- off queue i, or nil when every queue is empty.
 -- After it, a doorbell holds no more tokens than its queue has jobs (the others were left by
 -- jobs that a worker took without waiting for a token) and at least one while its queue has
 -- any, so that a worker waiting on that doorbell wakes for the jobs this one leaves.
@@ -38,4 +41,4 @@ end
 if taken == 0 then
   return false
 end
-return {taken, job}
+return {taken, job, redis.call('HGETALL', ARGV[2] .. job)}

@@ -4,7 +4,7 @@ Used by ``benchmarks.many_sessions``. The key names come from ``executor.wire.Ke
 ``Job.key_for`` for the records of the create jobs), so the families follow the key layout of
 ``executor/wire/_keys.py``: the session's record, its calls list, its background processes,
 the keys of its lock scope, its name in the sessions set; and RQ's records of the jobs that
-made the folders (kept ``result_ttl`` of those jobs, 10 minutes).
+made the folders (kept ``TOOLPOOL_RQ_RECORD_TTL``, by default none).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CALLS = "calls list (ZSET session:<name>:calls)"
 PROCESSES = "background processes (HASH session:<name>:processes)"
 LOCK = "lock scope ({lock:session.<name>}:*)"
 NAME = "name in the sessions SET"
-RQ_RECORDS = "RQ's records of the create jobs (kept 10 min)"
+RQ_RECORDS = "RQ's records of the create jobs (none kept by default)"
 # The session's own keys, in the order they are printed.
 FAMILIES = (RECORD, CALLS, PROCESSES, LOCK, NAME)
 

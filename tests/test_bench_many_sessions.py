@@ -143,7 +143,7 @@ def test_a_tiny_run_prints_every_figure_and_leaves_nothing(
         "calls list (ZSET session:<name>:calls)",
         "lock scope ({lock:session.<name>}:*)",
         "name in the sessions SET",
-        "RQ's records of the create jobs (kept 10 min)",
+        "RQ's records of the create jobs (none kept by default)",
         "elsewhere (the first row less the keys above)",
         "(connections' buffers moved meanwhile, left out)",
         "network holders live, per session",

@@ -458,6 +458,18 @@ def test_a_call_sent_after_a_delete_leaves_no_key_of_the_session(
     assert session_keys(client, "gone") == []
 
 
+def test_rq_keeps_no_record_of_a_sessions_folder_work(
+    h1: Settings, make_workers: MakeWorkers, sessions: Sessions, client: redis.Redis
+) -> None:
+    # The create and delete answer on a reply list: RQ's record of each job (1.7 KB a
+    # session) goes once it ended well, as a call's does (``TOOLPOOL_RQ_RECORD_TTL``, 0).
+    make_workers(h1).start(1)
+    sessions.create("unrecorded")
+    assert sessions.delete("unrecorded") is True
+    wait_for(lambda: not list(client.scan_iter("rq:job:*")), what="RQ's records to go")
+    assert [key for key in client.scan_iter("rq:finished:*") if client.zcard(key)] == []
+
+
 def test_idle_sessions_are_swept_but_not_one_with_a_running_call(
     h1: Settings, make_workers: MakeWorkers, sessions: Sessions, client: redis.Redis
 ) -> None:

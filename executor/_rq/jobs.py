@@ -69,12 +69,15 @@ def named_queue(client: redis.Redis, name: str) -> Queue:
     return Queue(name, connection=client, serializer=JSONSerializer)
 
 
-def enqueue_session_op(queue: Queue, payload: dict[str, object], *, doorbell: str) -> Job:
+def enqueue_session_op(
+    queue: Queue, payload: dict[str, object], *, doorbell: str, record_ttl: int = 0
+) -> Job:
     """Send a session's folder work (create, delete) to its host's queue, ahead of calls,
     ringing the queue's ``doorbell`` (``Keys.doorbell``) in the same transaction.
 
     The same entry point as calls: a worker tells the two apart by the payload's
-    ``session_op``.
+    ``session_op``. Its answer comes on a reply list, so RQ keeps a record of a job that
+    ended well only ``record_ttl`` seconds (``rq_record_ttl``); a failed one, 10 minutes.
     """
     with queue.connection.pipeline() as pipe:
         pipe.multi()
@@ -82,7 +85,7 @@ def enqueue_session_op(queue: Queue, payload: dict[str, object], *, doorbell: st
             func=ENTRY_POINT,
             args=(payload,),
             timeout=-1,
-            result_ttl=600,
+            result_ttl=record_ttl,
             failure_ttl=600,
             at_front=True,
             description=f"session {payload.get('session_op')} {payload.get('name')}",

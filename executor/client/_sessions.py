@@ -211,7 +211,10 @@ class Sessions:
             self.client, self.keys.host_queue_name(self.settings.client.queue, host)
         )
         enqueue_session_op(
-            queue, {**payload, "request_id": request_id}, doorbell=self.keys.doorbell(queue.name)
+            queue,
+            {**payload, "request_id": request_id},
+            doorbell=self.keys.doorbell(queue.name),
+            record_ttl=self.settings.client.rq_record_ttl,
         )
         blocking = connect(self.redis_url or "", blocking_s=timeout)
         try:

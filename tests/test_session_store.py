@@ -53,6 +53,28 @@ def test_plain_names_are_taken(name: str) -> None:
     assert session_scope(name) == f"session.{name}"
 
 
+def test_sessions_are_counted_by_host_in_two_round_trips(
+    store: SessionStore, client: redis.Redis
+) -> None:
+    for index in range(30):
+        _ready(store, f"c{index}", host="h1" if index % 3 else "h2")
+    store.forget("c1")
+    calls = client.info("commandstats")
+    counted = store.count_by_host()
+    after = client.info("commandstats")
+    assert counted == {"h1": 19, "h2": 10}
+    # Oracle: the server ran one SMEMBERS and one HGET per session; the pending calls of each
+    # session (ZRANGE and MGET), which a picked host does not need, are not read.
+    ran = {
+        name: after[name]["calls"] - calls.get(name, {"calls": 0})["calls"]
+        for name in after
+        if after[name]["calls"] != calls.get(name, {"calls": 0})["calls"]
+    }
+    assert (ran.get("cmdstat_smembers"), ran.get("cmdstat_hget")) == (1, 29)
+    assert "cmdstat_zrange" not in ran
+    assert "cmdstat_mget" not in ran
+
+
 def test_a_name_is_created_once(store: SessionStore) -> None:
     assert store.create_record("s1", host="h1", queue="default", idle_ttl=60)
     assert not store.create_record("s1", host="h2", queue="default", idle_ttl=60)

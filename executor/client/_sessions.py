@@ -200,7 +200,7 @@ class Sessions:
                 "No live worker serves sessions: start one with `toolpool worker "
                 "--sessions-root DIR` (or pass a host that will serve them)."
             )
-        sessions = Counter(info.host for info in self.store.read_many(self.store.names()))
+        sessions = self.store.count_by_host()
         # The least loaded: fewest sessions per worker; ties go to the host named first.
         return min(hosts, key=lambda h: (sessions[h] / hosts[h], h))
 

@@ -14,6 +14,7 @@ import json
 import re
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterable
 
 import redis
@@ -198,6 +199,16 @@ class SessionStore:
     def names(self) -> list[str]:
         """Every session's name, sorted."""
         return sorted(_text(raw) for raw in self.client.smembers(self.keys.sessions_index))
+
+    def count_by_host(self) -> Counter[str]:
+        """How many sessions each host holds: two round trips, whatever their number (the
+        sessions' names, then their hosts in one pipeline)."""
+        names = list(self.client.smembers(self.keys.sessions_index))
+        with self.client.pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.hget(self.keys.session(_text(name)), "host")
+            hosts = pipe.execute()
+        return Counter(_text(host) for host in hosts if host is not None)
 
     def read_many(self, names: list[str]) -> list[SessionInfo]:
         """The records of ``names`` that exist (pending calls counted), in that order."""

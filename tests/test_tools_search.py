@@ -30,8 +30,9 @@ from tests.support.expect import ok, tool_error
 from tests.support.files import write_tree
 from workers.pipeline._runner import CallEnvironment, run_call
 from workers.tools._grep_search import search
+from workers.tools._ignore_file import IgnoreFile
 from workers.tools._prefilter import ASCII_CASE_PARTNERS, LiteralPrefilter
-from workers.tools._walk import IgnoreFile, ignores_at, walk_files
+from workers.tools._walk import ignores_at, walk_files
 from workers.tools.files import list_directory
 from workers.tools.search import (
     GLOB_MAX_RESULTS,

@@ -12,15 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workers.tools._ignore_file import open_regular
 from workers.tools._prefilter import LiteralPrefilter
-from workers.tools._walk import (
-    Ignores,
-    Skipped,
-    ignores_at,
-    join_relative,
-    open_regular,
-    walk_files,
-)
+from workers.tools._walk import Ignores, Skipped, ignores_at, join_relative, walk_files
 
 GREP_MAX_MATCHES = 50
 GREP_SKIPPED_DIRS = frozenset({"node_modules", ".git", "dist"})

@@ -51,6 +51,7 @@ from workers.tools._grep_search import (
     Findings,
 )
 from workers.tools._grep_skipped import SkippedWalk
+from workers.tools._ignore_file import open_regular
 from workers.tools._ripgrep_parts import Part, cut_tree
 from workers.tools._ripgrep_proc import (
     Line,
@@ -60,7 +61,7 @@ from workers.tools._ripgrep_proc import (
     RgProcesses,
     run_rg,
 )
-from workers.tools._walk import IGNORE_FILES, ignores_at, join_relative, open_regular
+from workers.tools._walk import IGNORE_FILES, ignores_at, join_relative
 
 __all__ = ["RegexRejected", "RgOverBudget", "ancestor_ignore_files", "search_file", "search_tree"]
 

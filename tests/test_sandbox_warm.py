@@ -22,12 +22,14 @@ import pytest
 
 from executor import Executor, Sessions, ToolContext, ToolError
 from executor.contract import SessionPlace, ShellState, Workspace
-from tests.support.pids import processes_with, sleep_marker, survivors
+from tests.support.pids import processes_where, processes_with, sleep_marker, survivors
 from tests.support.procs import MakeWorkers
 from tests.support.sandbox import require_sandbox
 from tests.support.sessions import call, host_settings, ok
 from tests.support.waiting import PATIENCE_S, gone, wait_for
+from workers.processes._ending import end_under
 from workers.processes._netns import current, join, stop_holder
+from workers.processes._recent import note, recent
 from workers.tools import _shell_peers
 from workers.tools._cgroup import find_cgroups
 from workers.tools._shell_settings import BashSettings
@@ -78,10 +80,14 @@ def sessions_root(tmp_path: Path) -> Iterator[Path]:
     root.mkdir()
     yield root
     # The sessions' network holders end with their host folders (as a session's deletion
-    # ends them); the units made for them are removed with the test's others.
+    # ends them): none is started again where its folder is gone, and one a worker's watch
+    # was starting meanwhile is ended here too. The units made for them are removed with the
+    # test's others.
     for host in (root / ".toolpool-host").glob("*"):
         stop_holder(host)
+    shutil.rmtree(root / ".toolpool-host", ignore_errors=True)
     assert units().settle(PATIENCE_S)
+    end_under(root, "the test is over")
 
 
 @pytest.fixture
@@ -366,3 +372,68 @@ def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
     before = units().counts()
     assert first.stdout("echo $$") == ["2"]
     assert _ahead(before) == 1
+
+
+def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahead(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    first.run("true")  # this worker runs bash in the host's sessions: it watches them from now
+    assert current(second.host_folder) is None
+
+    # As the worker that made b's folder does.
+    second.host_folder.mkdir(parents=True)
+    note(second.host_folder.parent, "b")
+
+    wait_for(
+        lambda: any(place.workspace == second.folder for place in units().kept()),
+        "b's sandbox made ahead on this worker",
+    )
+    assert current(second.host_folder), "b's network was not started ahead of its first call"
+    before = units().counts()
+    assert second.stdout("echo $$") == ["2"]
+    assert _ahead(before) == 1
+
+
+def test_a_session_network_started_anew_is_the_one_joined(sessions_root: Path) -> None:
+    folder = sessions_root / ".toolpool-host" / "a"
+    folder.mkdir(parents=True)
+    old, _ = join(folder)
+    assert current(folder) == old
+    old_pid = int((folder / "netns.pid").read_text())
+    stop_holder(folder)
+    wait_for(lambda: gone(old_pid), "the old holder to end")
+    assert current(folder) is None
+
+    new, _ = join(folder)
+
+    assert new != old
+    assert current(folder) == new
+
+
+@pytest.mark.proof  # Redis and a worker process
+def test_a_session_made_on_the_host_has_its_network_and_sandbox_before_its_first_call(
+    redis_url: str, tmp_path: Path, make_workers: MakeWorkers
+) -> None:
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required")])
+    make_workers(settings).start(1)
+    assert settings.worker.sessions_root is not None
+    root = Path(os.path.realpath(settings.worker.sessions_root))
+    with Sessions(settings=settings) as admin:
+        admin.create("a")
+        with Executor(settings=settings, session="a") as executor:
+            ok(executor.run([call("first", "bash", command="true")])[0])
+
+        admin.create("b")
+
+        assert "b" in recent(root / ".toolpool-host", 8)
+        bind = f"\0--bind\0{root / 'b'}\0{root / 'b'}\0".encode()
+        wait_for(
+            lambda: bool(processes_where("cmdline", lambda cmdline: bind in cmdline)),
+            "b's sandbox made ahead, before any call of b",
+        )
+        assert current(root / ".toolpool-host" / "b"), "b's network did not start"
+        with Executor(settings=settings, session="b") as executor:
+            assert ok(executor.run([call("b-first", "bash", command="echo $$")])[0]).endswith(
+                "stdout:\n2"
+            )

@@ -5,9 +5,10 @@ background would then be out of reach of the session's next command. So a sessio
 (``bash`` and its background processes) join one namespace of the session's own, held open by
 a small holder process: its loopback is up, nothing else is in it, and no other session can
 reach it. The holder lives until the session is deleted or expires, or the pool on this host
-stops; the next command makes a new one. It starts light: a Python of the standard library
-alone (``python -I -S -c _HOLD FOLDER``, about 20 ms, where one importing toolpool takes 100 ms
-and more), which makes the namespace and becomes the shell that keeps it.
+stops; the next command makes a new one. It starts light: bubblewrap makes the namespace
+(its loopback up) and runs the shell that keeps it, a few milliseconds; without bubblewrap, a
+Python of the standard library alone (``python -I -S -c _HOLD FOLDER``, about 20 ms, where one
+importing toolpool takes 100 ms and more) makes it and becomes that shell.
 
 A background process (``join``) starts the holder at once. A bash command finds it with
 ``current``; where there is none yet, the session has nothing serving on a loopback, so the
@@ -25,6 +26,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import select
 import shutil
 import signal
 import sys
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from executor import ToolError
 from workers.processes._daemon import NETNS_OF, daemon_env, start_daemon
 from workers.processes._place import NETNS_PID, daemon_alive
 
@@ -42,24 +45,37 @@ _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
-def join(host_folder: Path) -> tuple[list[str], str]:
+def join(host_folder: Path, make: bool = True) -> tuple[list[str], str]:
     """The command prefix that joins the session's namespace (made if need be), and "";
-    or ``[]`` and why the session cannot have one here."""
+    or ``[]`` and why the session cannot have one here. ``make`` False: its host folder
+    must be there (``FileNotFoundError``: the session is gone, or being deleted)."""
     why = _why_not()
     if why:
         return [], why
     nsenter = _nsenter()
     assert nsenter is not None  # _why_not says so
-    host_folder.mkdir(parents=True, exist_ok=True)
+    if make:
+        host_folder.mkdir(parents=True, exist_ok=True)
     marker = str(host_folder)
     with _locked(host_folder / f"{NETNS_PID}.lock"):
         pid = _holder(host_folder)
         if pid is None or not daemon_alive(pid, marker):
-            argv = [sys.executable, "-I", "-S", "-c", _HOLD, marker]
-            env = daemon_env({NETNS_OF: marker})
-            pid = start_daemon(argv, env, "the session network")
+            pid = _start_holder(marker)
             (host_folder / NETNS_PID).write_text(str(pid))
     return _prefix(nsenter, pid), ""
+
+
+def _start_holder(marker: str) -> int:
+    """Start a holder for the host folder ``marker``: with bubblewrap where there is one (a
+    few ms), else (or where it fails) with a Python of the standard library (20 ms and more)."""
+    env = daemon_env({NETNS_OF: marker})
+    bwrap = _bwrap()
+    if bwrap is not None:
+        with contextlib.suppress(ToolError):
+            argv = ["/bin/sh", "-c", _DETACHED, bwrap, _READY_THEN_KEEP, marker]
+            return start_daemon(argv, env, "the session network")
+    argv = [sys.executable, "-I", "-S", "-c", _HOLD, marker]
+    return start_daemon(argv, env, "the session network")
 
 
 def current(host_folder: Path) -> list[str] | None:
@@ -72,11 +88,70 @@ def current(host_folder: Path) -> list[str] | None:
         starting = _starts.get(host_folder)
     if starting is not None:
         starting.join()
-    pid = _holder(host_folder)
-    if pid is None or not daemon_alive(pid, str(host_folder)):
+    try:
+        stamp = _stamp(os.stat(host_folder / NETNS_PID))
+    except OSError:
         return None
+    known = _known.get(host_folder)
+    if known is not None and known.stamp == stamp and known.alive():
+        return known.prefix
+    pid = _holder(host_folder)
     nsenter = _nsenter()
-    return None if nsenter is None else _prefix(nsenter, pid)
+    if pid is None or nsenter is None:
+        return None
+    # The pidfd first, then the check: the holder it pins is the one checked, not a later
+    # process given the same pid.
+    found = _Known(stamp, _prefix(nsenter, pid), _pidfd(pid))
+    if not daemon_alive(pid, str(host_folder)):
+        found.close()
+        return None
+    _remember(host_folder, found)
+    return found.prefix
+
+
+class _Known:
+    """A holder found running: while its pid file is the same file, unchanged, and it has not
+    exited (its pidfd not readable), it is the session's holder still."""
+
+    def __init__(self, stamp: tuple[int, int, int], prefix: list[str], pidfd: int | None) -> None:
+        self.stamp, self.prefix, self.pidfd = stamp, prefix, pidfd
+
+    def alive(self) -> bool:
+        if self.pidfd is None:
+            return False  # no pidfd here: checked in full each time
+        try:
+            return not select.select([self.pidfd], [], [], 0)[0]
+        except (OSError, ValueError):
+            return False
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _remember(host_folder: Path, found: _Known) -> None:
+    with _starts_lock:
+        old = _known.pop(host_folder, None)
+        _known[host_folder] = found
+        gone = [old] if old is not None else []
+        while len(_known) > _KNOWN_MAX:
+            gone.append(_known.pop(next(iter(_known))))
+    for known in gone:
+        known.close()
+
+
+def _stamp(found: os.stat_result) -> tuple[int, int, int]:
+    # A holder's pid file is written whole once per holder: another holder, another stamp.
+    return found.st_ino, found.st_mtime_ns, found.st_size
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
 
 
 def start_soon(host_folder: Path, then: Callable[[list[str]], None]) -> None:
@@ -121,12 +196,20 @@ def _nsenter() -> str | None:
     return shutil.which("nsenter")
 
 
+@cache
+def _bwrap() -> str | None:
+    return shutil.which("bwrap")
+
+
 def _prefix(nsenter: str, pid: int) -> list[str]:
     return [nsenter, f"--net=/proc/{pid}/ns/net", "--"]
 
 
 # The holders this process is starting (``start_soon``), by host folder.
 _starts: dict[Path, threading.Thread] = {}
+# The holders ``current`` found running, by host folder (each holds a pidfd), the latest last.
+_known: dict[Path, _Known] = {}
+_KNOWN_MAX = 256
 _starts_lock = threading.Lock()
 _forked = False
 
@@ -168,11 +251,25 @@ def _locked(path: Path):  # type: ignore[no-untyped-def]
 # hold 20 MiB for nothing) while the session's host folder exists, until SIGTERM.
 _KEEP = "trap 'kill $! 2>/dev/null; exit 0' TERM; while [ -d \"$1\" ]; do sleep 30 & wait $!; done"
 
-# The holder (``python -I -S -c _HOLD FOLDER``), of the standard library alone. As any daemon
-# of ours (``workers.processes._daemon``): it forks, its first process exiting at once; says
-# ``ready PID`` or ``error MESSAGE`` on its standard output, then stops writing there. Its
-# namespace made with the loopback up, it becomes the shell that keeps it: the same pid, and
-# the folder still an argument of its own (``daemon_alive``).
+# Said by the shell, so that a holder reported ready is the shell already (its command line
+# the one ``daemon_alive`` checks, not one half-way through the exec).
+_READY_THEN_KEEP = 'echo "ready $$"; exec >/dev/null; ' + _KEEP
+
+# The holder with bubblewrap (``sh -c _DETACHED BWRAP _READY_THEN_KEEP FOLDER``): bubblewrap
+# makes the namespace with its loopback up and runs the shell in it; the first shell exits at
+# once (the starter reaps it) and bubblewrap stays as the shell's parent. The system as it is
+# (``--dev-bind / /``), no capability kept.
+_DETACHED = (
+    '"$0" --dev-bind / / --unshare-net --cap-drop ALL -- /bin/sh -c "$1" toolpool-netns "$2" '
+    "& exit 0"
+)
+
+# The holder without bubblewrap (``python -I -S -c _HOLD FOLDER``), of the standard library
+# alone. As any daemon of ours (``workers.processes._daemon``): it forks, its first process
+# exiting at once; says ``ready PID`` (the shell it becomes) or ``error MESSAGE`` on its
+# standard output, then stops writing there. Its namespace made with the loopback up, it
+# becomes the shell that keeps it: the same pid, the folder still an argument of its own
+# (``daemon_alive``).
 _HOLD = f"""
 import ctypes, fcntl, os, socket, struct, sys
 if os.fork():
@@ -196,6 +293,5 @@ except OSError as exc:
     say("error " + " ".join(f"the session network could not be made: {{exc}}".split()))
     sys.exit(1)
 os.setsid()
-say(f"ready {{os.getpid()}}")
-os.execv("/bin/sh", ["sh", "-c", {_KEEP!r}, "toolpool-netns", sys.argv[1]])
+os.execv("/bin/sh", ["sh", "-c", {_READY_THEN_KEEP!r}, "toolpool-netns", sys.argv[1]])
 """

@@ -3,10 +3,13 @@
 The orchestrator writes the session's record and sends the folder work as a job at the front of
 the host's queue (``executor.client._sessions``); a worker of the host runs it here and answers
 on the request's reply list. Only a worker on the session's host ever touches its folder.
+A session made is noted for the host's workers (``workers.processes._recent``), which make its
+bash sandbox ahead of its first calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -17,6 +20,8 @@ import redis
 from executor import SessionError
 from executor.wire import CREATING, DELETING, READY, Keys, SessionStore
 from workers.processes._ending import end_session
+from workers.processes._place import session_host_folder
+from workers.processes._recent import note
 from workers.sessions._folders import make_folder, remove_folder
 
 log = logging.getLogger(__name__)
@@ -72,6 +77,12 @@ class SessionAdmin:
                 self._store.forget(name)
                 raise
             self._store.move(name, [CREATING], READY)
+            # The host's workers make its network and sandbox ahead of its first bash call
+            # (in its host folder, made here: one missing there is a session deleted).
+            with contextlib.suppress(OSError):
+                host_folder = session_host_folder(root, name)
+                host_folder.mkdir(parents=True, exist_ok=True)
+                note(host_folder.parent, name)
             return {"ok": True}
         if op == "delete":
             if info.state != DELETING:

@@ -281,7 +281,7 @@ class CallCgroup:
                 return None
             if self._version("cpu") == 2:
                 return _counter_in(folder / "cpu.stat", "usage_usec") / 1e6
-            return int((folder / "cpuacct.usage").read_text()) / 1e9
+            return int(_small(folder / "cpuacct.usage")) / 1e9
         except (OSError, ValueError):
             return None
 
@@ -303,7 +303,7 @@ class CallCgroup:
         found: set[int] = set()
         for path in self.procs_files:
             with contextlib.suppress(OSError, ValueError):
-                found.update(int(line) for line in Path(path).read_text().split())
+                found.update(int(line) for line in _small(path).split())
         return found
 
     def kill(self, spare: Callable[[int], bool] | None = None) -> bool:
@@ -391,10 +391,16 @@ def _exited(waits: dict[int, int], timeout: float) -> set[int]:
 def _counter_in(path: Path, key: str) -> int:
     """The value of ``key`` in a flat-keyed cgroup file ("key value" lines); 0 if absent."""
     try:
-        for line in path.read_text().splitlines():
+        for line in _small(path).splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
     except (OSError, ValueError):
         return 0
     return 0
+
+
+def _small(path: Path | str) -> str:
+    """A small file's text (a cgroup's list or counters), read without a text layer."""
+    with open(path, "rb", buffering=0) as stream:
+        return stream.read().decode()

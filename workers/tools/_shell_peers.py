@@ -1,12 +1,16 @@
-"""Sandboxes made ahead for the sessions this host's workers ran bash in lately.
+"""Sandboxes made ahead for the sessions this host made or ran bash in lately.
 
 A session's calls come round to each worker of its host, so a worker that ran none of its
 calls yet would make its sandbox in the call: bubblewrap's namespaces and mounts, about 10 ms
-on a quiet machine and many times that on a busy one. So each bash call in a session notes the
-session's name in a small file of the host's (``RECENT`` in the host folders' parent, one name
-a line, appended); beside a command, at most once a second, a worker reads that file's end
-and has the sandboxes of the last ``BashSettings.warm`` sessions named there made ahead
-(``_shell_warm``), each checked as any unit is when a call takes it.
+on a quiet machine and many times that on a busy one. So the host notes its sessions in a small
+file (``workers.processes._recent``): a session's name when it is made (the worker that makes
+its folder), and each bash call in a session, at most once every 5 s per worker. A worker
+process that ran bash in a session watches that file, and as it changes has the sandboxes of
+the last ``BashSettings.warm`` sessions named there made ahead (``_shell_warm``), each checked
+as any unit is when a call takes it; a session's network holder is started first where it has
+none yet (a session just made), so that the sandbox is made in it. At most ``warm`` sessions
+new to a worker are acted on a second: a burst of sessions made does not make a sandbox each.
+Where the file cannot be watched, a worker reads its end beside a command, once a second.
 """
 
 from __future__ import annotations
@@ -15,21 +19,34 @@ import contextlib
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.processes._netns import current
+from workers.processes._netns import current, join
+from workers.processes._recent import RECENT, note, recent, watch
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_warm import make_ahead
 
-RECENT = "bash-recent"
-# How often a worker reads the file, and how much of its end.
+__all__ = ["RECENT", "Peers", "ahead_of_peers", "peers", "recent"]
+
+# How often a worker without a watch reads the file, and how often one notes the same session
+# (each note wakes every watching worker of the host).
 _READ_EVERY_S = 1.0
-_TAIL = 4096
-# Past this size the file starts again: only its last names matter.
-_MAX_BYTES = 64 * 1024
-# How often one worker notes the same session.
-_NOTE_EVERY_S = 1.0
+_NOTE_EVERY_S = 5.0
+# The window in which at most ``warm`` sessions new to a watching worker are acted on.
+_NEW_EVERY_S = 1.0
+# How many session names a worker remembers having acted on.
+_SEEN = 4096
+
+
+class _Watched:
+    """What a worker's watch of one host acts with: the latest call's way to want a sandbox."""
+
+    def __init__(self, want: Callable[[str], None], count: int) -> None:
+        self.want, self.count = want, count
+        self.seen: OrderedDict[str, None] = OrderedDict()
+        self.new_at: list[float] = []
 
 
 class Peers:
@@ -39,6 +56,7 @@ class Peers:
         self._lock = threading.Lock()
         self._noted: dict[tuple[Path, str], float] = {}
         self._read: dict[Path, float] = {}
+        self._watched: dict[Path, _Watched | None] = {}
 
     def note(self, host_root: Path, name: str) -> None:
         """Note that session ``name`` (whose host folder is in ``host_root``) runs bash."""
@@ -50,15 +68,49 @@ class Peers:
             if len(self._noted) > 4096:
                 self._noted.clear()
         with contextlib.suppress(OSError):  # a note lost only costs a sandbox made in a call
-            handle = os.open(
-                host_root / RECENT, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
-            try:
-                if os.fstat(handle).st_size > _MAX_BYTES:
-                    os.ftruncate(handle, 0)
-                os.write(handle, f"{name}\n".encode())
-            finally:
-                os.close(handle)
+            note(host_root, name)
+
+    def serve(self, host_root: Path, count: int, want: Callable[[str], None]) -> None:
+        """Hand ``want`` the last ``count`` sessions noted in ``host_root`` as they change (a
+        watch, started on the first call), else at most once every ``_READ_EVERY_S``."""
+        if count <= 0:
+            return
+        with self._lock:
+            watched = self._watched.get(host_root, False)
+            if isinstance(watched, _Watched):
+                watched.want, watched.count = want, count  # the latest settings and folders
+                return
+            if watched is False:
+                state = _Watched(want, count)
+                if watch(
+                    host_root,
+                    lambda: self._changed(host_root, state),
+                    lambda: self._unwatched(host_root),
+                ):
+                    self._watched[host_root] = state
+                    return
+                self._watched[host_root] = None  # cannot watch: read beside commands
+        self.ahead(host_root, count, want)
+
+    def _unwatched(self, host_root: Path) -> None:
+        with self._lock:
+            self._watched.pop(host_root, None)  # the folder went: a later call watches anew
+
+    def _changed(self, host_root: Path, state: _Watched) -> None:
+        now = time.monotonic()
+        for name in recent(host_root, state.count):
+            with self._lock:
+                if name not in state.seen:
+                    state.new_at = [at for at in state.new_at if now - at < _NEW_EVERY_S]
+                    if len(state.new_at) >= state.count:
+                        continue  # a burst of new sessions: the rest wait for their calls
+                    state.new_at.append(now)
+                    state.seen[name] = None
+                    if len(state.seen) > _SEEN:
+                        state.seen.popitem(last=False)
+                want = state.want
+            with contextlib.suppress(Exception):  # one less made ahead: its call makes it
+                want(name)
 
     def ahead(self, host_root: Path, count: int, want: Callable[[str], None]) -> None:
         """Hand ``want`` each of the last ``count`` sessions noted in ``host_root``, in a
@@ -72,6 +124,11 @@ class Peers:
             target=_each, args=(host_root, count, want), name="bash-peers", daemon=True
         ).start()
 
+    def forget(self) -> None:
+        """In a forked child: no watch of the parent's runs here (nor is needed)."""
+        self._lock = threading.Lock()
+        self._watched = dict.fromkeys(self._watched)
+
 
 def ahead_of_peers(
     settings: BashSettings,
@@ -82,42 +139,37 @@ def ahead_of_peers(
     worker_folders: tuple[Path, ...],
 ) -> None:
     """Note that ``session`` (its host folder and workspace as given) runs bash here, and have
-    the sandboxes of the host's other recent sessions made ahead on this worker."""
+    the sandboxes of the host's recent sessions made ahead on this worker."""
     host_root, sessions_root = host_folder.parent, workspace.parent
-    _peers.note(host_root, session)
 
     def want(name: str) -> None:
         folder = sessions_root / name
-        if name == session or not folder.is_dir():
-            return  # its own sandbox is asked for as the call takes its launch
-        network: list[str] = []
-        if not settings.network:
-            joined = current(host_root / name)
-            if joined is None:
-                return  # its network is not there yet: its next call starts it
-            network = joined
-        make_ahead(settings, bwrap, folder, worker_folders, network, True)
+        if not folder.is_dir():
+            return  # deleted since, or never made on this host
+        joined = [] if settings.network else current(host_root / name)
+        if joined is not None:
+            make_ahead(settings, bwrap, folder, worker_folders, joined, True)
+            return
 
-    _peers.ahead(host_root, settings.warm, want)
+        def start() -> None:
+            network = _started(host_root / name)
+            if network is not None:
+                make_ahead(settings, bwrap, folder, worker_folders, network, True)
+
+        # Sessions just made start their networks side by side (each about 20 ms of CPU).
+        threading.Thread(target=start, name="bash-peer-network", daemon=True).start()
+
+    _peers.note(host_root, session)
+    _peers.serve(host_root, settings.warm, want)
 
 
-def recent(host_root: Path, count: int) -> list[str]:
-    """The last ``count`` different session names noted in ``host_root``, the latest first."""
-    try:
-        with open(host_root / RECENT, "rb") as stream:
-            start = max(0, os.fstat(stream.fileno()).st_size - _TAIL)
-            stream.seek(start)
-            lines = stream.read(_TAIL).split(b"\n")[:-1]
-    except OSError:
-        return []
-    names: list[str] = []
-    for line in reversed(lines[1:] if start else lines):  # a first line read in part: cut
-        name = line.decode(errors="replace")
-        if name and "/" not in name and not name.startswith(".") and name not in names:
-            names.append(name)
-            if len(names) == count:
-                break
-    return names
+def _started(host_folder: Path) -> list[str] | None:
+    """Start the network of a session that has none yet (just made): its prefix, or None.
+    Not where its host folder is gone: a session being deleted gets no network again."""
+    with contextlib.suppress(FileNotFoundError):
+        prefix, _ = join(host_folder, make=False)
+        return prefix
+    return None
 
 
 def _each(host_root: Path, count: int, want: Callable[[str], None]) -> None:
@@ -127,6 +179,7 @@ def _each(host_root: Path, count: int, want: Callable[[str], None]) -> None:
 
 
 _peers = Peers()
+os.register_at_fork(after_in_child=_peers.forget)
 
 
 def peers() -> Peers:

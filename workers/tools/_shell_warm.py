@@ -15,7 +15,8 @@ after it: nothing passes from one call to the next.
   bubblewrap from it (the sandbox made in the call, but not the cgroup's wait).
 - A *sandbox* unit belongs to one place: its workspace, its network, the settings. It is made
   when a call runs there, for the next call there on this worker process (a session's calls
-  come round to each worker of its host), and when a session's network has just started.
+  come round to each worker of its host), when a session's network has just started, and
+  for the host's sessions made or run in lately (``_shell_peers``).
 
 A worker process keeps one outside unit per settings, and sandbox units for the last
 ``BashSettings.warm`` places, each at most ``IDLE_S``. A sandbox unit is checked when taken:
@@ -100,6 +101,7 @@ def take(
     try:
         return Unit.make(outside)
     except OSError as exc:
+        _units.wake()  # no command, so no call's ``wake`` or ``spend``: the wanted now
         raise ToolError(f"Could not start bash: {exc}. Try again later.") from None
 
 
@@ -183,7 +185,9 @@ class Units:
             if place in self._ready or place in self._wanted or place == self._making:
                 return
             self._wanted[place] = keep
-            self._asked(time.monotonic() + (0.0 if now else _DEFER_S))
+            # Deferred: the thread is not woken on the way to a command (a switch of threads
+            # there costs the call); the call's ``wake`` or ``spend`` wakes it.
+            self._asked(time.monotonic() + (0.0 if now else _DEFER_S), wake=now)
 
     def spend(self, unit: Unit) -> None:
         """Remove ``unit`` after its call, in the background (in the caller where there is
@@ -240,13 +244,15 @@ class Units:
         for unit in units:
             unit.close()
 
-    def _asked(self, due: float) -> None:
-        """Have the thread do the work waiting by ``due`` (holding the condition)."""
+    def _asked(self, due: float, wake: bool = True) -> None:
+        """Have the thread do the work waiting by ``due`` (holding the condition); ``wake``
+        False: it learns of it at the next ``_asked`` that wakes it."""
         self._due = due if self._due is None else min(self._due, due)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="bash-units", daemon=True)
             self._thread.start()
-        self._changed.notify_all()
+        if wake:
+            self._changed.notify_all()
 
     def _run(self) -> None:
         while True:

@@ -99,7 +99,7 @@ def modes(sandbox: bool) -> list[Mode]:
 
 @contextlib.contextmanager
 def no_cgroups() -> Iterator[None]:
-    """Calls made inside find no cgroup (as ``tests/test_bash_latency.py`` arranges it)."""
+    """Calls made inside find no cgroup (as ``benchmarks.bash_latency`` arranges it)."""
     names = vars(_confine)
     saved = names["find_cgroups"]
     names["find_cgroups"] = lambda: Cgroups(None, None, None)

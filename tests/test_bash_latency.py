@@ -1,16 +1,14 @@
-"""The bash tool's extra latency over ``subprocess.run``: it hears the shell end at once.
+"""The bash tool hears the shell end at once, as ``subprocess.run`` does, and answers what it
+printed; with a pidfd where the kernel has one, else by polling.
 
-Each figure is the median of paired differences (tool minus ``subprocess.run``, same command,
-the two runs of a pair back to back and in alternating order), so load on a busy machine hits
-both sides alike. ``pytest -s`` prints the figures.
+The extra latency over ``subprocess.run`` is a figure, printed by ``python -m
+benchmarks.bash_latency`` (three runs, paired differences), not a bound a test holds: on a
+busy machine any bound is either loose or flaky.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
@@ -26,14 +24,6 @@ from workers.tools._cgroup import Cgroups
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_warm import units
 from workers.tools.shell import bash
-
-_PAIRS = 30
-_WARMUP = 3
-_BOUND_MS = 10.0
-# A shell that exits while its background child holds the pipes, seen to end: the bound is
-# above _BOUND_MS because the tool then also kills the child, which subprocess.run does not,
-# and only a figure (the pidfd itself is proven without a clock, below).
-_BACKGROUND_BOUND_MS = 100.0
 
 
 def _tool(context: ToolContext, command: str) -> Callable[[], str]:
@@ -53,41 +43,6 @@ def _reference(command: str, cwd: Path) -> Callable[[], str]:
         return done.stdout.decode()
 
     return run
-
-
-def _timed(run: Callable[[], str]) -> tuple[float, str]:
-    start = time.perf_counter()
-    output = run()
-    return (time.perf_counter() - start) * 1000.0, output
-
-
-def _extra_ms(tool: Callable[[], str], reference: Callable[[], str], label: str) -> float:
-    """Median of (tool - reference) over interleaved pairs, printed with both sides' medians."""
-    for _ in range(_WARMUP):
-        tool()
-        reference()
-    differences: list[float] = []
-    tool_times: list[float] = []
-    reference_times: list[float] = []
-    for index in range(_PAIRS):
-        # Alternate which side goes first, so neither always runs on a warmer machine.
-        if index % 2:
-            reference_ms, _ = _timed(reference)
-            tool_ms, _ = _timed(tool)
-        else:
-            tool_ms, _ = _timed(tool)
-            reference_ms, _ = _timed(reference)
-        tool_times.append(tool_ms)
-        reference_times.append(reference_ms)
-        differences.append(tool_ms - reference_ms)
-    extra = statistics.median(differences)
-    quartiles = statistics.quantiles(differences, n=4)
-    print(
-        f"\n{label}: tool median {statistics.median(tool_times):.2f} ms, subprocess.run median "
-        f"{statistics.median(reference_times):.2f} ms, paired extra median {extra:.2f} ms "
-        f"(quartiles {quartiles[0]:.2f} .. {quartiles[2]:.2f} ms, n={_PAIRS})"
-    )
-    return extra
 
 
 @pytest.fixture
@@ -110,17 +65,13 @@ def context(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> ToolContex
         "sleep 0.1 & echo hi",
     ],
 )
-def test_extra_latency_over_subprocess_run_is_small(
+def test_the_tool_answers_what_subprocess_run_prints(
     context: ToolContext, workspace: Workspace, command: str
 ) -> None:
     tool, reference = _tool(context, command), _reference(command, workspace.root)
     report = tool()
     assert report.startswith("exit code: 0")
     assert reference().strip() in report
-
-    extra = _extra_ms(tool, reference, repr(command))
-
-    assert extra < _BOUND_MS, f"{command!r}: median extra latency {extra:.2f} ms"
 
 
 def _skip_without_pidfd() -> None:
@@ -146,37 +97,6 @@ def test_shell_exit_is_heard_while_a_background_child_holds_the_pipes(
     assert report.startswith("exit code: 0"), report
     assert "background processes" in report
     assert waited < 30.0, f"the exit was heard only after {waited:.1f} s"
-
-
-def test_shell_exit_with_a_background_child_costs_little_over_subprocess_run(
-    context: ToolContext, workspace: Workspace
-) -> None:
-    # The figure (``pytest -s``). The bound is a sanity check with room for a busy machine:
-    # the test above proves, without a clock, that the exit is heard at once.
-    _skip_without_pidfd()
-    # The reference's child writes elsewhere, so subprocess.run returns when the shell exits:
-    # the extra is the time the tool needs to hear that exit while the pipes are still open
-    # (and to kill the child). The reference's children are left running; they are ended by
-    # the pids they print.
-    children: list[int] = []
-    run_reference = _reference("sleep 5 >/dev/null 2>&1 & echo $!", workspace.root)
-
-    def reference() -> str:
-        output = run_reference()
-        children.append(int(output))
-        return output
-
-    tool = _tool(context, "sleep 5 & echo $!")
-    try:
-        assert "background processes" in tool()
-
-        extra = _extra_ms(tool, reference, "shell exits, background child holds the pipes")
-    finally:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-    assert extra < _BACKGROUND_BOUND_MS, f"median extra latency {extra:.2f} ms"
 
 
 def test_without_a_pidfd_the_exit_is_still_polled_for(

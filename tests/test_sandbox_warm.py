@@ -95,6 +95,12 @@ def settings() -> BashSettings:
     return BashSettings(sandbox="required")
 
 
+@pytest.fixture
+def peer_settings() -> BashSettings:
+    """With the host's other sessions' sandboxes made ahead too (``TOOLPOOL_BASH_WARM_PEERS``)."""
+    return BashSettings(sandbox="required", warm_peers=True)
+
+
 def _ahead(before: dict[str, int]) -> int:
     """How many calls since ``before`` ran in their place's sandbox made ahead."""
     assert units().settle(PATIENCE_S), "the units were not made in time"
@@ -354,8 +360,9 @@ def test_a_sandbox_is_made_ahead_from_a_places_first_call(
 
 
 def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
-    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+    sessions_root: Path, peer_settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    settings = peer_settings
     monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     # What another worker of the host leaves of a's calls there: its network, and its note.
@@ -374,9 +381,27 @@ def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
     assert _ahead(before) == 1
 
 
-def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahead(
-    sessions_root: Path, settings: BashSettings
+def test_by_default_no_sandbox_is_made_for_another_workers_session(
+    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # On speculation they cost a busy host of many sessions a third of its calls/s.
+    monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    first.host_folder.mkdir(parents=True)
+    join(first.host_folder)
+    _shell_peers.Peers().note(first.host_folder.parent, "a")
+
+    second.run("true")
+    second.run("true")
+
+    assert units().settle(PATIENCE_S)
+    assert [place for place in units().kept() if place.workspace == first.folder] == []
+
+
+def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahead(
+    sessions_root: Path, peer_settings: BashSettings
+) -> None:
+    settings = peer_settings
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     first.run("true")  # this worker runs bash in the host's sessions: it watches them from now
     assert current(second.host_folder) is None
@@ -415,7 +440,8 @@ def test_a_session_network_started_anew_is_the_one_joined(sessions_root: Path) -
 def test_a_session_made_on_the_host_has_its_network_and_sandbox_before_its_first_call(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers
 ) -> None:
-    settings = host_settings(redis_url, tmp_path, "h1", tools=[BashSettings(sandbox="required")])
+    bash_settings = BashSettings(sandbox="required", warm_peers=True)
+    settings = host_settings(redis_url, tmp_path, "h1", tools=[bash_settings])
     make_workers(settings).start(1)
     assert settings.worker.sessions_root is not None
     root = Path(os.path.realpath(settings.worker.sessions_root))

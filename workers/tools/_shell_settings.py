@@ -62,6 +62,12 @@ class BashSettings(SettingsGroup):
     warm: int = setting(
         8, "BASH_WARM", "sandboxes a worker process keeps made ahead (0: none)", check=at_least(0)
     )
+    # Also for the host's other sessions, named as they are made or run bash: each worker
+    # makes their sandboxes on speculation, which pays with CPU to spare and few sessions,
+    # and costs calls/s on a busy host with many (benchmarks.many_sessions: a third).
+    warm_peers: bool = setting(
+        False, "BASH_WARM_PEERS", "also make ahead the host's other recent sessions' sandboxes"
+    )
     # Background processes of a session (process_start): how many run at once, and each
     # one's limits beyond a command's (memory and processes are bash's own, per process).
     background_max: int = setting(

@@ -8,6 +8,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import mcp_types as types
@@ -17,6 +18,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 
 from executor import Settings
 from executor.mcp import PoolServer
+from executor.mcp._logging import CallEvents
 from tests.support.mcp import start_builtin_pool
 from tests.support.procs import MakeWorkers, Workers
 from tests.support.waiting import PATIENCE_S
@@ -138,6 +140,42 @@ def test_a_2026_client_hears_the_lines_its_request_asked_for(redis_url: str, poo
             await heard.until("finished")
             # info and above: the start (debug) is left out.
             assert [level for level, _ in heard.texts()] == ["info"], heard.texts()
+
+    try:
+        run(scenario)
+    finally:
+        server.close()
+
+
+def test_a_call_answered_before_the_follower_read_its_events_still_gets_its_lines(
+    redis_url: str, pool: Workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A busy server: the follower of the events stream reads nothing until the call's result
+    # is in and the server asks it to catch up. Its lines come all the same (they were lost
+    # when the server only waited for a call whose first event it had already read).
+    asked = anyio.Event()
+    run_follower, catch_up = CallEvents._run, CallEvents.caught_up
+
+    async def held_back(self: CallEvents, client: Any, since: str) -> None:
+        await asked.wait()
+        await run_follower(self, client, since)
+
+    async def asking(self: CallEvents) -> None:
+        asked.set()
+        await catch_up(self)
+
+    monkeypatch.setattr(CallEvents, "_run", held_back)
+    monkeypatch.setattr(CallEvents, "caught_up", asking)
+    server = PoolServer(Settings(redis_url=redis_url))
+    heard = Heard()
+
+    async def scenario() -> None:
+        async with Client(server.server, mode="legacy", logging_callback=heard) as client:
+            await _set_level(client, "info")
+            result = await client.call_tool("read_file", {"path": "a.txt"})
+            assert result.is_error is False
+            assert asked.is_set()
+            await heard.until("read_file finished: ok")
 
     try:
         run(scenario)

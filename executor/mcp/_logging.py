@@ -242,6 +242,9 @@ class CallEvents:
         self._starting = anyio.Lock()
         self._calls: dict[str, MemoryObjectSendStream[Event]] = {}
         self._failing = False
+        # The last entry the follower has handed on, and an event set each time it moves.
+        self._position = (0, 0)
+        self._moved = anyio.Event()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -289,8 +292,25 @@ class CallEvents:
                 self._warn(exc)
                 return  # this call goes without its lines; the next one tries again
             since = _decode(last[0][0]) if last else "0-0"
+            self._position = _entry(since)
             self._following = True
             self._group.start_soon(self._run, client, since)
+
+    async def caught_up(self) -> None:
+        """Return once the follower has handed on every entry the stream holds now: a call
+        answered now has then had all its events handed on (its last is written with its
+        result), or had none (answered before it reached a worker)."""
+        client = self._client
+        if client is None or not self._following:
+            return
+        try:
+            last = await client.xrevrange(self._keys.events, count=1)
+        except redis.RedisError as exc:
+            self._warn(exc)
+            return
+        target = _entry(_decode(last[0][0])) if last else (0, 0)
+        while self._following and self._position < target:
+            await self._moved.wait()
 
     async def _run(self, client: redis.asyncio.Redis, since: str) -> None:
         while True:
@@ -307,6 +327,10 @@ class CallEvents:
                 for entry_id, fields in entries:
                     since = _decode(entry_id)
                     self._hand(fields)
+            if reply:
+                self._position = _entry(since)
+                moved, self._moved = self._moved, anyio.Event()
+                moved.set()
 
     def _hand(self, fields: dict[Any, Any]) -> None:
         raw = fields.get(b"event") or fields.get("event")
@@ -352,6 +376,12 @@ async def send_call_lines(
             await send(message(level, event_line(event, text), CALL_LOGGER))
         if event.event in _LAST:
             return
+
+
+def _entry(entry_id: str) -> tuple[int, int]:
+    """A stream entry's id as a pair that sorts as Redis orders them."""
+    millis, _, sequence = entry_id.partition("-")
+    return int(millis), int(sequence or 0)
 
 
 def _decode(value: Any) -> str:

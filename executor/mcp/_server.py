@@ -346,9 +346,13 @@ class PoolServer:
             group.start_soon(forward)
             try:
                 yield
-                if started.is_set():
-                    # Its last event is written with its result: wait for it to be read.
-                    with anyio.move_on_after(_LAST_LINES_S):
+                # Its last event is written with its result: wait for it to be read. A call
+                # whose first event the follower has not read yet (a busy server) waits until
+                # the follower has read what the stream holds now, its events if it has any.
+                with anyio.move_on_after(_LAST_LINES_S):
+                    if not started.is_set():
+                        await self.calls.caught_up()
+                    if started.is_set():
                         await ended.wait()
             finally:
                 group.cancel_scope.cancel()

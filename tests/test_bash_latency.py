@@ -9,13 +9,12 @@ busy machine any bound is either loose or flaky.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from benchmarks.bash_latency import reference_call, tool_call
 from executor import ToolContext
 from executor.contract import Workspace
 from tests.support.waiting import PATIENCE_S
@@ -25,24 +24,9 @@ from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_warm import units
 from workers.tools.shell import bash
 
-
-def _tool(context: ToolContext, command: str) -> Callable[[], str]:
-    """The tool as the worker calls it, minus the runner: validate, then invoke."""
-
-    def run() -> str:
-        result = bash.invoke(context, bash.validate({"command": command}))
-        assert isinstance(result, str)
-        return result
-
-    return run
-
-
-def _reference(command: str, cwd: Path) -> Callable[[], str]:
-    def run() -> str:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, cwd=cwd, check=False)
-        return done.stdout.decode()
-
-    return run
+# The tool as the worker calls it (validate, then invoke), and subprocess.run of the same
+# command: the benchmark's own two sides.
+_tool, _reference = tool_call, reference_call
 
 
 @pytest.fixture

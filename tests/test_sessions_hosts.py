@@ -265,8 +265,14 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
             call = ToolCall(name="bash", arguments={"command": "sleep 30", "timeout": 60})
             turn = executor.submit([call])
             wait_for_event(client, "tool_execution_started", call.id)
-            wait_for(lambda: h1_pool.find("sleep 30"), what="h1's `sleep 30` process")
-            tool = ProcessWatch(h1_pool.find("sleep 30")[0])
+            # Taken from the walk that saw it: /proc's children lists can miss a child while
+            # the pool forks beside the command (sandboxes made ahead), so no second look.
+            found: list[int] = []
+            wait_for(
+                lambda: found.extend(h1_pool.find("sleep 30")) or found,
+                what="h1's `sleep 30` process",
+            )
+            tool = ProcessWatch(found[0])
             hosts.cut("h1")
             cut_at = time.monotonic()
             tool.start()
@@ -439,14 +445,14 @@ class HostPool:
     log: Path
 
     def find(self, text: str) -> list[int]:
-        """The pool's processes whose command line contains ``text``."""
+        """The pool's processes whose command line is ``text`` (arguments joined by spaces)."""
         found: list[int] = []
         for pid in _descendants(self.process.pid):
             try:
                 raw = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if text in raw.replace(b"\0", b" ").decode(errors="replace"):
+            if raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace") == text:
                 found.append(pid)
         return found
 

@@ -268,10 +268,12 @@ def _run_scenario(hosts: Hosts, h1_pool: HostPool, settings: Settings) -> Report
             # Taken from the walk that saw it: /proc's children lists can miss a child while
             # the pool forks beside the command (sandboxes made ahead), so no second look.
             found: list[int] = []
-            wait_for(
-                lambda: found.extend(h1_pool.find("sleep 30")) or found,
-                what="h1's `sleep 30` process",
-            )
+
+            def sleeping() -> bool:
+                found[:] = h1_pool.find("sleep 30")
+                return bool(found)
+
+            wait_for(sleeping, what="h1's `sleep 30` process")
             tool = ProcessWatch(found[0])
             hosts.cut("h1")
             cut_at = time.monotonic()

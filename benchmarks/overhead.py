@@ -2,8 +2,9 @@
 
 Used by ``benchmarks.calls``, against the benchmark's private Redis, after its worker
 processes have stopped. ``WorkerRuntime.execute`` runs noop calls with timers wrapped around
-the parts it uses (the opening events' flush, the lock's acquire, the store's one closing
-round trip: the lease's release, the closing events, the result and the claim's release), so
+the parts it uses (the opening events' flush, sent alone only for a tool that runs over
+``ANNOUNCE_AFTER_S``, so none for a noop; the lock's acquire; the store's one closing round
+trip: the lease's release, the events, the result and the claim's release), so
 the split is measured in the path itself; the rest of the path (the opening pipeline, argument
 validation, the hand-off to the tool's thread) is what is left. Two things are also timed
 alone for scale: ``run_call`` without the lock, and a hand-off to a reused tool thread.
@@ -133,10 +134,10 @@ def format_parts(parts: dict[str, float], rq_job_us: float | None) -> list[str]:
     rest = parts["whole"] - sum(parts.get(name, 0.0) for name in named)
     rows = [
         (f"WorkerRuntime.execute, whole ({parts['commands']:.0f} Redis commands*)", parts["whole"]),
-        ("  opening events: 2 x XADD, one pipeline", parts.get("events", 0.0)),
+        ("  opening events alone (none: they go with the result)", parts.get("events", 0.0)),
         ("  lock acquire (Lua)", parts.get("lock acquire", 0.0)),
         (
-            "  closing round trip: release (Lua), 2 x XADD, result (Lua), DEL",
+            "  closing round trip: release (Lua), 4 x XADD, result (Lua), DEL",
             parts.get("closing", 0.0),
         ),
         ("  the rest: opening pipeline, validation, tool thread", rest),

@@ -53,6 +53,30 @@ def loses_its_lease_once(ctx: ToolContext) -> str:
     return "consistent"
 
 
+@registry.tool(concurrency_safe=True, read_only=True)
+def peek(ctx: ToolContext) -> str:
+    """The call's events in the stream as its tool runs."""
+    client = redis.Redis.from_url(redis_of["url"])
+    try:
+        return ",".join(_names(client, ctx.call_id))
+    finally:
+        client.close()
+
+
+@registry.tool(concurrency_safe=True, read_only=True)
+def until_announced(ctx: ToolContext) -> str:
+    """Runs until the stream holds its call's start (30 s at most): a tool that takes a while."""
+    client = redis.Redis.from_url(redis_of["url"])
+    try:
+        for _ in range(3000):
+            if "tool_execution_started" in _names(client, ctx.call_id):
+                return "announced while running"
+            threading.Event().wait(0.01)
+        return "never announced while running"
+    finally:
+        client.close()
+
+
 @pytest.fixture
 def runtime(redis_url: str, tmp_path: Path) -> Iterator[WorkerRuntime]:
     root = tmp_path / "ws"
@@ -68,6 +92,10 @@ def runtime(redis_url: str, tmp_path: Path) -> Iterator[WorkerRuntime]:
 def _payload(call_id: str, name: str, **arguments: Any) -> dict[str, Any]:
     call = ToolCall(id=call_id, name=name, arguments=arguments)
     return CallJob(call=call, turn_id="t1", index=0).model_dump(mode="json")
+
+
+#: A call's events, in order, when it runs once under its lease.
+_ONE_RUN = ["lock_acquired", "tool_execution_started", "lock_released", "tool_result"]
 
 
 def _names(client: redis.Redis, call_id: str) -> list[str]:
@@ -94,13 +122,27 @@ def test_a_call_is_run_under_the_lock_stored_and_recorded(
     stored = ResultStore(client, KEYS).get("c1")
     assert stored is not None
     assert stored.model_dump(mode="json") == answer
-    assert _names(client, "c1") == [
-        "lock_acquired",
-        "tool_execution_started",
-        "lock_released",
-        "tool_result",
-    ]
+    assert _names(client, "c1") == _ONE_RUN
     assert not client.exists(KEYS.running("c1"), KEYS.worker_current("w1"))
+
+
+def test_a_quick_calls_opening_events_go_with_its_result(
+    runtime: WorkerRuntime, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # However slow the tool thread is to start on a busy machine, the run step has not yet
+    # given up waiting for it: nothing of the call is in the stream while it runs.
+    monkeypatch.setattr("workers.pipeline._run.ANNOUNCE_AFTER_S", 60.0)
+    answer = runtime.execute(_payload("c1", "peek"))
+    assert (answer["status"], answer["content"]) == ("ok", "")
+    assert _names(client, "c1") == _ONE_RUN
+
+
+def test_a_tool_that_takes_a_while_is_announced_as_it_runs(
+    runtime: WorkerRuntime, client: redis.Redis
+) -> None:
+    answer = runtime.execute(_payload("c1", "until_announced"))
+    assert (answer["status"], answer["content"]) == ("ok", "announced while running")
+    assert _names(client, "c1") == _ONE_RUN
 
 
 def test_a_job_delivered_again_is_answered_without_running(

@@ -121,6 +121,10 @@ class CallState:
     tool: Tool | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     held: Held | None = None
+    #: Set by the lock guard: sends the call's opening events (its grant, its start). The run
+    #: step calls it once the tool has taken ``ANNOUNCE_AFTER_S``; a quicker call's opening
+    #: events go with its result, in the store step's round trip.
+    announce: Callable[[], None] = lambda: None
 
     @property
     def turn_id(self) -> str:

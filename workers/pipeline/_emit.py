@@ -2,8 +2,9 @@
 
 The store step writes the queued events and then the result in one round trip, so whoever
 reads the result finds the call's events too. The lock's events (``lock_wait``,
-``lock_acquired``, ``tool_execution_started``, ``lock_released``, ``lock_lost``) are emitted
-where they happen, by the lease guard; ``lock_released`` waits in the queue with this one.
+``lock_acquired``, ``tool_execution_started``, ``lock_released``, ``lock_lost``) are stamped
+where they happen, by the lease guard; the opening two are sent once the tool has run a moment
+(``workers.pipeline._run.ANNOUNCE_AFTER_S``) or else with this one, as ``lock_released`` is.
 """
 
 from __future__ import annotations

@@ -133,7 +133,12 @@ class LeaseGuard:
             tool=tool.name,
             arguments=brief(call.arguments),
         )
-        self._events.flush()
+        if state.closing is None:
+            self._events.flush()
+        else:
+            # Stamped now, sent by the run step once the tool takes a while, or with the
+            # answer (the store's round trip): a quick call saves a round trip.
+            state.announce = self._events.flush
         try:
             yield _LeaseHeld(lease)
         finally:

@@ -27,6 +27,10 @@ from workers.pipeline._truncate import finish
 # Time a tool that enforces its own limit (bash) gets beyond it to clean up and report.
 CLEANUP_GRACE = 5.0
 
+# A tool still running after this long has its start announced (the events a guard left,
+# ``CallState.announce``); a quicker one's go with its answer, one round trip fewer.
+ANNOUNCE_AFTER_S = 0.005
+
 _THREADS = ToolThreads()
 
 
@@ -66,7 +70,11 @@ def run(state: CallState) -> ToolResult:
         )
     outcome = _Outcome()
     task = _THREADS.start(lambda: _invoke(tool, context, arguments, outcome))
-    done = task.wait(limit)
+    first = min(limit, ANNOUNCE_AFTER_S)
+    done = task.wait(first)
+    if not done:
+        state.announce()
+        done = task.wait(limit - first)
     if not done and context.stop():
         # Its write landed just as the time ran out: the tool is only returning, and its
         # answer is the truth, where "stopped" would have the model redo a done write.

@@ -359,16 +359,21 @@ def test_a_sandbox_is_made_ahead_from_a_places_first_call(
     assert _ahead(before) == 1
 
 
-def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
-    sessions_root: Path, peer_settings: BashSettings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    settings = peer_settings
-    monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
-    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
-    # What another worker of the host leaves of a's calls there: its network, and its note.
+def _ran_by_another_worker(root: Path, settings: BashSettings) -> tuple[_Session, _Session]:
+    """Sessions a and b of one host, with what another worker leaves of a's calls there: its
+    network, and its note."""
+    first, second = _Session(root, "a", settings), _Session(root, "b", settings)
     first.host_folder.mkdir(parents=True)
     join(first.host_folder)
     _shell_peers.Peers().note(first.host_folder.parent, "a")
+    return first, second
+
+
+def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
+    sessions_root: Path, peer_settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
+    first, second = _ran_by_another_worker(sessions_root, peer_settings)
 
     second.run("true")
 
@@ -386,10 +391,7 @@ def test_by_default_no_sandbox_is_made_for_another_workers_session(
 ) -> None:
     # On speculation they cost a busy host of many sessions a third of its calls/s.
     monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
-    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
-    first.host_folder.mkdir(parents=True)
-    join(first.host_folder)
-    _shell_peers.Peers().note(first.host_folder.parent, "a")
+    first, second = _ran_by_another_worker(sessions_root, settings)
 
     second.run("true")
     second.run("true")

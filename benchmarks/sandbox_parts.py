@@ -1,7 +1,7 @@
 """Where a sandboxed bash command's launch time goes: each stage of the launch timed alone.
 
-Usage: ``python -m benchmarks.sandbox_parts [--runs 3] [--calls 30]``. Each chain runs
-``bash -c 'echo $EPOCHREALTIME; sleep 0.1; echo $EPOCHREALTIME'`` and is timed on two sides:
+Usage: ``python -m benchmarks.sandbox_parts [--runs 3] [--calls 30] [--together 1]``. Each
+chain runs ``bash -c 'echo $EPOCHREALTIME; sleep 0.1; echo $EPOCHREALTIME'``, timed on two sides:
 *start*, from the spawn to bash's first line, and *end*, from bash's last line to its process
 seen ending (through a pidfd, as the tool hears it). The chains, each one stage more than a
 plain ``bash`` (a fresh cgroup, a session's network namespace and a workspace made before
@@ -19,6 +19,11 @@ the clock, as in a call):
 Also: how long after a sandbox's bwrap reports the command's end its init takes to go (it
 takes the sandbox's namespaces down). Per run, the median of ``--calls`` calls, chains
 interleaved; min / median / max over runs.
+
+``--together N`` starts each call N times at once (N threads released together), as N
+workers do whose calls start in the same moment (a session's first call on each): the kernel
+sets up mounts and namespaces one at a time, so a launch made in the call takes longer with
+company than alone, where one made ahead does not.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -196,6 +202,31 @@ def init_lingers(chains: Chains) -> float:
         cgroup.remove()
 
 
+def together(chain: Callable[[], Timing], count: int) -> list[Timing]:
+    """``chain`` called ``count`` times at once, each in a thread, released together."""
+    if count == 1:
+        return [chain()]
+    gate = threading.Barrier(count)
+    found: list[Timing | BaseException] = []
+
+    def call() -> None:
+        try:
+            gate.wait(30)
+            found.append(chain())
+        except BaseException as exc:  # handed to the caller, which raises it
+            found.append(exc)
+
+    threads = [threading.Thread(target=call, daemon=True) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    timings = [item for item in found if isinstance(item, Timing)]
+    if len(timings) != count:
+        raise BenchError(f"a chain started {count} at once failed: {found!r}")
+    return timings
+
+
 def _spread(values: Sequence[float]) -> str:
     return " / ".join(f"{v:.2f}" for v in (min(values), statistics.median(values), max(values)))
 
@@ -222,15 +253,16 @@ def run(args: argparse.Namespace) -> None:
             for call in range(args.calls + 2):
                 names = list(chains) if call % 2 else list(chains)[::-1]
                 for name in names:
-                    timing = chains[name]()
+                    timings = together(chains[name], args.together)
                     if call >= 2:  # two untimed rounds first
-                        taken[name].append(timing)
+                        taken[name].extend(timings)
             for name, timings in taken.items():
                 starts.setdefault(name, []).append(statistics.median(t.start for t in timings))
                 ends.setdefault(name, []).append(statistics.median(t.end for t in timings))
             lingers.append(statistics.median(init_lingers(parts) for _ in range(args.calls)))
             print(f"run {index + 1}/{args.runs} done", flush=True)
-    print(f"\n{'chain':<14} {'start ms (min / median / max)':>32} {'end ms':>24}")
+    at_once = f", {args.together} at once" if args.together > 1 else ""
+    print(f"\n{'chain' + at_once:<14} {'start ms (min / median / max)':>32} {'end ms':>24}")
     for name in chains:
         print(f"{name:<14} {_spread(starts[name]):>32} {_spread(ends[name]):>24}")
     print(f"\nsandbox init going after bwrap reported the end: {_spread(lingers)} ms")
@@ -242,6 +274,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=at_least(1), default=3, help="runs (min / median / max)")
     parser.add_argument("--calls", type=at_least(1), default=30, help="timed calls per chain")
+    parser.add_argument(
+        "--together", type=at_least(1), default=1, help="start each call this many times at once"
+    )
     args = parser.parse_args(argv)
     return run_bench(lambda: run(args), (BenchError, OSError), stopped="the chains were ended")
 

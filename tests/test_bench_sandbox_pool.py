@@ -50,9 +50,11 @@ def test_a_tiny_run_by_parts_times_every_stage(capsys: pytest.CaptureFixture[str
     if None in (found.pids, found.memory, found.cpu):
         pytest.skip(f"the chains join all three cgroups: {found.missing}")
 
-    assert sandbox_parts.main(["--runs", "1", "--calls", "1"]) == 0
+    # Two at once: each chain's calls start together, in threads, and all are timed.
+    assert sandbox_parts.main(["--runs", "1", "--calls", "1", "--together", "2"]) == 0
 
     output = capsys.readouterr().out
+    assert "chain, 2 at once" in output, output
     stages = ["bash", "launcher", "+ cgroup join", "bwrap", "cold chain", "made ahead"]
     if os.geteuid() == 0:
         stages.append("nsenter")

@@ -41,6 +41,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from executor import ErrorType, Settings, ToolResult, ToolStatus
+from executor._rq.jobs import requeue_dequeued
 from executor._rq.worker import ToolpoolForkingWorker, ToolpoolWorker
 from executor.client import Executor, Turn
 from executor.contract import load_registry
@@ -275,6 +276,28 @@ def test_dequeued_job_goes_back_on_its_queue_once_and_runs(
     workers.start(1)
     (result,) = executor.collect(turn, timeout=PATIENCE_S)
     assert (result.status, result.content) == (ToolStatus.OK, "back again")
+
+
+def test_a_requeued_job_that_runs_and_goes_at_once_is_recorded_with_its_call(
+    executor: Executor, reaper: Reaper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker may take a job put back, run it and have its record deleted (no record TTL by
+    # default) before the pool writes its event: the event still names the call.
+    turn = executor.submit([call("quick", "echo", text="gone")])
+    (rq_id,) = turn.plan.job_ids.values()
+    x = rq_worker(executor, f"x-{uuid.uuid4().hex[:8]}")
+    dequeue(x, rq_id)
+
+    def put_back_and_gone(*args: Any, **kwargs: Any) -> bool:
+        done = requeue_dequeued(*args, **kwargs)
+        executor.client.delete(Job.key_for(rq_id))
+        return done
+
+    monkeypatch.setattr("workers.pool._reaper.requeue_dequeued", put_back_and_gone)
+    assert reaper.bury(dead(x.name))
+
+    (event,) = requeue_events(executor)
+    assert (event.call_id, event.tool, event.data["job_id"]) == ("quick", "echo", rq_id)
 
 
 def test_dequeued_job_of_a_live_worker_is_left_alone(executor: Executor, reaper: Reaper) -> None:

@@ -356,15 +356,17 @@ class Reaper:
         why: str,
         execution: Execution | None = None,
     ) -> None:
-        if not requeue_dequeued(
-            queue, rq_job_id, execution, doorbell=self._keys.doorbell(queue.name)
-        ):
-            return
+        # Read before the job goes back: a worker may then run it at once, and a finished
+        # job's record is deleted (no record TTL by default), its call with it.
         found: dict[str, Any] = {}
         job = fetch_job(self._client, rq_job_id)
         call = None if job is None else call_of(job)
         if call is not None:
             found = {"call_id": call.call.id, "turn_id": call.turn_id, "tool": call.call.name}
+        if not requeue_dequeued(
+            queue, rq_job_id, execution, doorbell=self._keys.doorbell(queue.name)
+        ):
+            return
         reason = why if dead is None else f"worker {dead.name} {dead.reason}; {why}"
         events = self._events(dead.name if dead else "pool")
         events.emit(

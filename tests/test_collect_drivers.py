@@ -170,6 +170,9 @@ def test_the_deadline_answers_timeout(
     assert result.error_type is ErrorType.TIMEOUT, result.content
     assert "within 1 s" in result.content
     assert time.monotonic() - before < PATIENCE_S
+    # The command still runs: stopped now, the worker ends at once, not at its stop grace.
+    with Executor(settings=settings, registry=builtin_registry()) as executor:
+        executor.cancel(turn)
 
 
 def test_a_poll_reads_what_is_there_and_leaves_the_rest_running(

@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -43,7 +44,9 @@ def _client(url: str, **kwargs: Any) -> redis.Redis:
 
 @pytest.fixture
 def keeper() -> Iterator[LeaseKeeper]:
-    own = LeaseKeeper(name="test-lease-keeper")
+    # A name of its own: an earlier test's keeper may still be ending (its close waits at most
+    # 5 s for a renewal under way), and a test that counts this keeper's threads must not see it.
+    own = LeaseKeeper(name=f"test-lease-keeper-{uuid.uuid4().hex[:8]}")
     yield own
     own.close()
 

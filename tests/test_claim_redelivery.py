@@ -67,23 +67,20 @@ def test_a_job_delivered_again_after_its_claim_was_lost_runs_once(
             [first] = waiting_workers()
             assert client.get(KEYS.running("once")) == first.encode()
             # What a failover that lost the old primary's last writes leaves behind.
+            queue = call_queue(client, KEYS, settings.client.queue)
             client.delete(KEYS.running("once"))
-            client.lpush(
-                call_queue(client, KEYS, settings.client.queue).key, job_id(turn.turn_id, 0)
-            )
+            client.lpush(queue.key, job_id(turn.turn_id, 0))
             try:
                 wait_for(lambda: len(waiting_workers()) == 2, "the second delivery to wait")
             except AssertionError as exc:
                 # Seen once in a full run beside two CPU burners, never alone: what each side
                 # was doing, for whoever meets it next.
-                queue = call_queue(client, KEYS, settings.client.queue)
                 raise AssertionError(_staged(client, queue, workers, exc)) from None
             [second] = waiting_workers() - {first}
             assert client.get(KEYS.running("once")) == second.encode()
             held.release()
             [result] = executor.collect(turn, timeout=120)
             # Both deliveries over, so a run that comes after the answer is seen too.
-            queue = call_queue(client, KEYS, settings.client.queue)
             wait_for(
                 lambda: not started_by(queue, first) and not started_by(queue, second),
                 "both deliveries to end",

@@ -1,7 +1,7 @@
 """What bash's sandbox adds to a call through a pool started as users start it.
 
 Usage: ``python -m benchmarks.sandbox_pool [--runs 3] [--rounds 30] [--warmup 8]
-[--only latency,sessions]``. On a private redis-server, ``toolpool worker --workers 4
+[--only latency,sessions] [--pause 1.0]``. On a private redis-server, ``toolpool worker --workers 4
 --sessions-root DIR --host HOST --sandbox required`` (bash's default limits, so each command
 has its cgroups too), and, for the comparison of the second figure, the same with
 ``--sandbox off``. Each figure against its baseline measured in the same run, ``--runs`` runs,
@@ -16,9 +16,11 @@ min / median / max over runs:
   Goal: at most 5 ms (median over runs), both.
 - ``sessions``: 8 agents (threads, an Executor each) on 4 workers, each one turn of 5 bash
   ``sleep 0.2`` calls (exclusive: one after another) in a fresh session of its own, released
-  together. Efficiency: ideal (the sleep spread over the workers, 2.0 s) over wall time (first
-  agent's start to last result). Goal: at least 0.90 with the sandbox; the same agents on
-  the pool with the sandbox off are measured for comparison.
+  together ``--pause`` seconds after their sessions are made (an agent's model answers before
+  its first call; ``--pause 0``: at once). Efficiency: ideal (the sleep spread over the
+  workers, 2.0 s) over wall time (first agent's start to last result). Goal: at least 0.90
+  with the sandbox; the same agents on the pool with the sandbox off are measured for
+  comparison.
 
 Every wait has a deadline; workers and Redis are stopped by their PIDs at the end.
 """
@@ -262,8 +264,10 @@ def latency(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
 # -- sessions --------------------------------------------------------------------------------
 
 
-def _agents(settings: Settings, names: Sequence[str]) -> float:
-    """Each session's agent runs its turn, all released together; the wall time in s."""
+def _agents(settings: Settings, names: Sequence[str], pause: float) -> float:
+    """Each session's agent runs its turn, all released together ``pause`` s after their
+    sessions were made; the wall time in s."""
+    made = time.monotonic()
     executors = [Executor(settings=settings, session=name) for name in names]
     barrier = threading.Barrier(len(names))
     spans: list[tuple[float, float] | BaseException | None] = [None] * len(names)
@@ -283,6 +287,7 @@ def _agents(settings: Settings, names: Sequence[str]) -> float:
     try:
         for executor, name in zip(executors, names, strict=True):
             executor.catalog(session=name)  # routes and catalogs read before the clock
+        time.sleep(max(0.0, made + pause - time.monotonic()))
         threads = [
             threading.Thread(target=agent, args=(i,), daemon=True) for i in range(len(names))
         ]
@@ -306,7 +311,8 @@ def sessions(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
     ideal = AGENTS * CALLS * SLEEP_AGENT / WORKERS
     print(
         f"\nsessions: {AGENTS} agents x {CALLS} bash `sleep {SLEEP_AGENT:g}` on {WORKERS} "
-        f"workers, a fresh session each (ideal {ideal:.2f} s)"
+        f"workers, a fresh session each, released {args.pause:g} s after it is made "
+        f"(ideal {ideal:.2f} s)"
     )
     efficiency: dict[str, list[float]] = {}
     for sandbox in ("required", "off"):
@@ -316,7 +322,7 @@ def sessions(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
             for index in range(args.runs + 1):
                 names = [f"r{index}-a{agent}" for agent in range(AGENTS)]
                 with sessions_made(settings, host.name, names):
-                    wall = _agents(settings, names)
+                    wall = _agents(settings, names, args.pause)
                 if index == 0:
                     continue  # untimed: every worker's first calls and imports
                 efficiency[sandbox].append(ideal / wall)
@@ -329,7 +335,8 @@ def sessions(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
     verdict = "met" if middle >= EFFICIENCY_GOAL else "NOT met"
     return [
         f"{AGENTS} sessions x {CALLS} bash `sleep {SLEEP_AGENT:g}` on {WORKERS} workers, "
-        f"efficiency: sandbox {_spread(efficiency['required'])}, sandbox off "
+        f"released {args.pause:g} s after made, efficiency: sandbox "
+        f"{_spread(efficiency['required'])}, sandbox off "
         f"{_spread(efficiency['off'])} (goal >= {EFFICIENCY_GOAL:.2f} with the sandbox, "
         f"median: {verdict})"
     ]
@@ -354,8 +361,16 @@ def _options(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=at_least(1), default=30, help="timed latency rounds")
     parser.add_argument("--warmup", type=at_least(0), default=8, help="untimed rounds first")
     parser.add_argument("--only", default=",".join(PARTS), help=f"parts, of {', '.join(PARTS)}")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=1.0,
+        help="sessions: seconds from the sessions made to the agents released",
+    )
     args = parser.parse_args(argv)
     args.parts = [part.strip() for part in args.only.split(",") if part.strip()]
+    if not 0 <= args.pause <= _PATIENCE_S:
+        parser.error(f"--pause takes 0 to {_PATIENCE_S:g} seconds, got {args.pause:g}")
     if not args.parts or any(part not in PARTS for part in args.parts):
         parser.error(f"--only takes names from {', '.join(PARTS)}, got {args.only!r}")
     return args

@@ -29,6 +29,15 @@ def test_unknown_parts_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--only takes names from latency, sessions" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("pause", ["-1", "121"])
+def test_a_pause_out_of_range_is_refused(pause: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        sandbox_pool.main(["--only", "sessions", "--pause", pause])
+
+    assert stopped.value.code == 2
+    assert f"--pause takes 0 to 120 seconds, got {pause}" in capsys.readouterr().err
+
+
 @pytest.mark.proof  # Redis, `toolpool worker` of 4 processes, three orchestrator processes
 def test_a_tiny_latency_run_prints_both_figures(capsys: pytest.CaptureFixture[str]) -> None:
     require_sandbox()

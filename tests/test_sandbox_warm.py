@@ -97,8 +97,9 @@ def settings() -> BashSettings:
 
 @pytest.fixture
 def peer_settings() -> BashSettings:
-    """With the host's other sessions' sandboxes made ahead too (``TOOLPOOL_BASH_WARM_PEERS``)."""
-    return BashSettings(sandbox="required", warm_peers=True)
+    """With the sandboxes of the host's other sessions that ran bash lately made ahead too
+    (``TOOLPOOL_BASH_WARM_PEERS=all``)."""
+    return BashSettings(sandbox="required", warm_peers="all")
 
 
 def _ahead(before: dict[str, int]) -> int:
@@ -386,10 +387,11 @@ def test_a_session_another_worker_ran_finds_its_sandbox_made_ahead_here(
     assert _ahead(before) == 1
 
 
-def test_by_default_no_sandbox_is_made_for_another_workers_session(
+def test_by_default_no_sandbox_is_made_for_a_session_another_worker_ran(
     sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # On speculation they cost a busy host of many sessions a third of its calls/s.
+    # On speculation they cost a busy host of many sessions a third of its calls/s; only
+    # sessions just made are made ahead by default.
     monkeypatch.setattr(_shell_peers, "_READ_EVERY_S", 0.0)
     first, second = _ran_by_another_worker(sessions_root, settings)
 
@@ -401,9 +403,9 @@ def test_by_default_no_sandbox_is_made_for_another_workers_session(
 
 
 def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahead(
-    sessions_root: Path, peer_settings: BashSettings
+    sessions_root: Path, settings: BashSettings
 ) -> None:
-    settings = peer_settings
+    assert settings.warm_peers == "new"  # the default
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     first.run("true")  # this worker runs bash in the host's sessions: it watches them from now
     assert current(second.host_folder) is None
@@ -420,6 +422,36 @@ def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahea
     before = units().counts()
     assert second.stdout("echo $$") == ["2"]
     assert _ahead(before) == 1
+
+
+def test_with_peers_off_a_session_just_made_gets_nothing_ahead_here(
+    sessions_root: Path, settings: BashSettings
+) -> None:
+    off = replace(settings, warm_peers="off")
+    first, second = _Session(sessions_root, "a", off), _Session(sessions_root, "b", off)
+    second.host_folder.mkdir(parents=True)
+    note(second.host_folder.parent, "b")
+
+    first.run("true")
+    first.run("true")
+
+    # Not even a watch of the host's file: no session of it is ever acted on here.
+    assert second.host_folder.parent not in _shell_peers.peers()._watched
+    assert units().settle(PATIENCE_S)
+    assert [place for place in units().kept() if place.workspace == second.folder] == []
+    assert current(second.host_folder) is None
+
+
+def test_the_host_file_tells_sessions_made_from_sessions_run_in(sessions_root: Path) -> None:
+    host_root = sessions_root / ".toolpool-host"
+    note(host_root, "a")
+    note(host_root, "b", ran=True)
+    note(host_root, "c")
+    note(host_root, "a", ran=True)
+
+    assert recent(host_root, 8) == ["a", "c", "b"]
+    assert recent(host_root, 8, ran=False) == ["c", "a"]
+    assert recent(host_root, 1, ran=False) == ["c"]
 
 
 def test_a_session_network_started_anew_is_the_one_joined(sessions_root: Path) -> None:
@@ -442,7 +474,7 @@ def test_a_session_network_started_anew_is_the_one_joined(sessions_root: Path) -
 def test_a_session_made_on_the_host_has_its_network_and_sandbox_before_its_first_call(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers
 ) -> None:
-    bash_settings = BashSettings(sandbox="required", warm_peers=True)
+    bash_settings = BashSettings(sandbox="required")  # warm_peers "new", the default
     settings = host_settings(redis_url, tmp_path, "h1", tools=[bash_settings])
     make_workers(settings).start(1)
     assert settings.worker.sessions_root is not None

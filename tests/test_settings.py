@@ -98,6 +98,10 @@ def test_an_empty_optional_variable_is_unset() -> None:
             "TOOLPOOL_BASH_SANDBOX='sometimes' must be one of off, auto, required",
         ),
         (
+            {"TOOLPOOL_BASH_WARM_PEERS": "some"},
+            "TOOLPOOL_BASH_WARM_PEERS='some' must be one of off, new, all",
+        ),
+        (
             {"TOOLPOOL_BASH_MEMORY_MB": "-1"},
             "TOOLPOOL_BASH_MEMORY_MB='-1' must be 0 (no limit) or more",
         ),
@@ -106,6 +110,18 @@ def test_an_empty_optional_variable_is_unset() -> None:
 def test_bad_values_name_the_variable_and_the_value(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(message)):
         Settings.from_env(env, tools=TOOLS)
+
+
+@pytest.mark.parametrize(
+    ("raw", "mode"),
+    [("new", "new"), ("ALL", "all"), ("off", "off"), ("1", "all"), ("true", "all"), ("no", "off")],
+)
+def test_the_peers_mode_is_read_by_name_or_as_the_yes_or_no_it_once_was(
+    raw: str, mode: str
+) -> None:
+    # Before it had modes, yes made ahead the sandboxes of every session made or run in.
+    assert BashSettings.from_env({"TOOLPOOL_BASH_WARM_PEERS": raw}).warm_peers == mode
+    assert BashSettings().warm_peers == "new"
 
 
 def test_a_bad_variable_says_what_the_setting_is_for() -> None:

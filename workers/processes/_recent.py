@@ -3,8 +3,9 @@
 Each worker process keeps its own launches of bash made ahead (``workers.tools._shell_warm``),
 and a session's calls come round to each worker of its host; so what one worker learns of a
 session (it was just made, a command ran in it) is written where the host's other workers
-see it: ``RECENT`` in the host folders' parent, one session name a line, appended. ``watch``
-has a thread of a worker wait (inotify: no polling) for that file to be written to.
+see it: ``RECENT`` in the host folders' parent, one session name a line, appended (with
+`` ran`` after it where a command ran in it). ``watch`` has a thread of a worker wait
+(inotify: no polling) for that file to be written to.
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ _EVENT = struct.Struct("iIII")
 _GAP_S = 0.05
 
 
-def note(host_root: Path, name: str) -> None:
-    """Append ``name`` to the host's file (made with its folder if need be)."""
+# After a session's name on its line: a command ran in it (else: it was just made).
+_RAN = " ran"
+
+
+def note(host_root: Path, name: str, ran: bool = False) -> None:
+    """Append ``name`` to the host's file (made with its folder if need be): just made, or
+    ``ran`` a command."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
         handle = os.open(host_root / RECENT, flags, 0o600)
@@ -44,13 +50,14 @@ def note(host_root: Path, name: str) -> None:
     try:
         if os.fstat(handle).st_size > _MAX_BYTES:
             os.ftruncate(handle, 0)
-        os.write(handle, f"{name}\n".encode())
+        os.write(handle, f"{name}{_RAN if ran else ''}\n".encode())
     finally:
         os.close(handle)
 
 
-def recent(host_root: Path, count: int) -> list[str]:
-    """The last ``count`` different session names noted in ``host_root``, the latest first."""
+def recent(host_root: Path, count: int, ran: bool = True) -> list[str]:
+    """The last ``count`` different session names noted in ``host_root``, the latest first:
+    as they were made and, with ``ran``, as commands ran in them."""
     try:
         with open(host_root / RECENT, "rb") as stream:
             start = max(0, os.fstat(stream.fileno()).st_size - _TAIL)
@@ -61,6 +68,10 @@ def recent(host_root: Path, count: int) -> list[str]:
     names: list[str] = []
     for line in reversed(lines[1:] if start else lines):  # a first line read in part: cut
         name = line.decode(errors="replace")
+        if name.endswith(_RAN):
+            if not ran:
+                continue
+            name = name[: -len(_RAN)]
         if name and "/" not in name and not name.startswith(".") and name not in names:
             names.append(name)
             if len(names) == count:

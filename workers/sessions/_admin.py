@@ -3,9 +3,9 @@
 The orchestrator writes the session's record and sends the folder work as a job at the front of
 the host's queue (``executor.client._sessions``); a worker of the host runs it here and answers
 on the request's reply list. Only a worker on the session's host ever touches its folder.
-A session made is noted for the host's workers (``workers.processes._recent``); those that make
-the host's other sessions' sandboxes ahead (``TOOLPOOL_BASH_WARM_PEERS``) make its sandbox
-ahead of its first calls.
+A session made is noted for the host's workers (``workers.processes._recent``); those that ran
+bash in the host's sessions make its network and sandbox ahead of its first calls, unless
+``TOOLPOOL_BASH_WARM_PEERS`` is off.
 """
 
 from __future__ import annotations
@@ -78,8 +78,8 @@ class SessionAdmin:
                 self._store.forget(name)
                 raise
             self._store.move(name, [CREATING], READY)
-            # Workers with TOOLPOOL_BASH_WARM_PEERS make its network and sandbox ahead of its
-            # first bash call (in its host folder, made here: one missing is a session deleted).
+            # The host's workers make its network and sandbox ahead of its first bash call (in
+            # its host folder, made here: one missing is a session deleted).
             with contextlib.suppress(OSError):
                 host_folder = session_host_folder(root, name)
                 host_folder.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,18 @@
-"""Sandboxes made ahead for the sessions this host made or ran bash in lately.
+"""Sandboxes made ahead for the sessions this host made (or ran bash in) lately.
 
 A session's calls come round to each worker of its host, so a worker that ran none of its
 calls yet would make its sandbox in the call: bubblewrap's namespaces and mounts, about 10 ms
-on a quiet machine and many times that on a busy one. So the host notes its sessions in a small
-file (``workers.processes._recent``): a session's name when it is made (the worker that makes
-its folder), and each bash call in a session, at most once every 5 s per worker. A worker
-process that ran bash in a session watches that file, and as it changes has the sandboxes of
-the last ``BashSettings.warm`` sessions named there made ahead (``_shell_warm``), each checked
-as any unit is when a call takes it; a session's network holder is started first where it has
-none yet (a session just made), so that the sandbox is made in it. At most ``warm`` sessions
-new to a worker are acted on a second: a burst of sessions made does not make a sandbox each.
-Where the file cannot be watched, a worker reads its end beside a command, once a second.
+on a quiet machine and many times that on a busy one, and every session's first call would pay
+it. So the host notes its sessions in a small file (``workers.processes._recent``): a session's
+name when it is made (the worker that makes its folder) and, with ``TOOLPOOL_BASH_WARM_PEERS``
+"all", each bash call in a session, at most once every 5 s per worker. A worker process that
+ran bash in the host's sessions watches that file, and as it changes has the sandboxes of the
+last ``BashSettings.warm`` sessions made there (with "all": or run in) made ahead
+(``_shell_warm``), each checked as any unit is when a call takes it; a session's network holder
+is started first where it has none yet (a session just made), so that the sandbox is made in
+it. At most ``warm`` sessions new to a worker are acted on a second: a burst of sessions made
+does not make a sandbox each. Where the file cannot be watched, a worker reads its end beside
+a command, once a second.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ _SEEN = 4096
 class _Watched:
     """What a worker's watch of one host acts with: the latest call's way to want a sandbox."""
 
-    def __init__(self, want: Callable[[str], None], count: int) -> None:
-        self.want, self.count = want, count
+    def __init__(self, want: Callable[[str], None], count: int, ran: bool) -> None:
+        self.want, self.count, self.ran = want, count, ran
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.new_at: list[float] = []
 
@@ -68,20 +70,24 @@ class Peers:
             if len(self._noted) > 4096:
                 self._noted.clear()
         with contextlib.suppress(OSError):  # a note lost only costs a sandbox made in a call
-            note(host_root, name)
+            note(host_root, name, ran=True)
 
-    def serve(self, host_root: Path, count: int, want: Callable[[str], None]) -> None:
-        """Hand ``want`` the last ``count`` sessions noted in ``host_root`` as they change (a
-        watch, started on the first call), else at most once every ``_READ_EVERY_S``."""
+    def serve(
+        self, host_root: Path, count: int, want: Callable[[str], None], ran: bool = False
+    ) -> None:
+        """Hand ``want`` the last ``count`` sessions noted in ``host_root`` as they were made
+        (and, with ``ran``, as they ran bash) as they change (a watch, started on the first
+        call), else at most once every ``_READ_EVERY_S``."""
         if count <= 0:
             return
         with self._lock:
             watched = self._watched.get(host_root, False)
             if isinstance(watched, _Watched):
-                watched.want, watched.count = want, count  # the latest settings and folders
+                # The latest settings and folders.
+                watched.want, watched.count, watched.ran = want, count, ran
                 return
             if watched is False:
-                state = _Watched(want, count)
+                state = _Watched(want, count, ran)
                 if watch(
                     host_root,
                     lambda: self._changed(host_root, state),
@@ -90,7 +96,7 @@ class Peers:
                     self._watched[host_root] = state
                     return
                 self._watched[host_root] = None  # cannot watch: read beside commands
-        self.ahead(host_root, count, want)
+        self.ahead(host_root, count, want, ran)
 
     def _unwatched(self, host_root: Path) -> None:
         with self._lock:
@@ -98,7 +104,7 @@ class Peers:
 
     def _changed(self, host_root: Path, state: _Watched) -> None:
         now = time.monotonic()
-        for name in recent(host_root, state.count):
+        for name in recent(host_root, state.count, state.ran):
             with self._lock:
                 if name not in state.seen:
                     state.new_at = [at for at in state.new_at if now - at < _NEW_EVERY_S]
@@ -112,16 +118,18 @@ class Peers:
             with contextlib.suppress(Exception):  # one less made ahead: its call makes it
                 want(name)
 
-    def ahead(self, host_root: Path, count: int, want: Callable[[str], None]) -> None:
-        """Hand ``want`` each of the last ``count`` sessions noted in ``host_root``, in a
-        thread of its own, at most once every ``_READ_EVERY_S``."""
+    def ahead(
+        self, host_root: Path, count: int, want: Callable[[str], None], ran: bool = False
+    ) -> None:
+        """Hand ``want`` each of the last ``count`` sessions noted in ``host_root`` (``ran``:
+        as ``serve``), in a thread of its own, at most once every ``_READ_EVERY_S``."""
         now = time.monotonic()
         with self._lock:
             if count <= 0 or now - self._read.get(host_root, -_READ_EVERY_S) < _READ_EVERY_S:
                 return
             self._read[host_root] = now
         threading.Thread(
-            target=_each, args=(host_root, count, want), name="bash-peers", daemon=True
+            target=_each, args=(host_root, count, want, ran), name="bash-peers", daemon=True
         ).start()
 
     def forget(self) -> None:
@@ -138,8 +146,9 @@ def ahead_of_peers(
     workspace: Path,
     worker_folders: tuple[Path, ...],
 ) -> None:
-    """Note that ``session`` (its host folder and workspace as given) runs bash here, and have
-    the sandboxes of the host's recent sessions made ahead on this worker."""
+    """Have the sandboxes of the host's sessions just made (``warm_peers`` "new") made ahead on
+    this worker; with "all", also of those that ran bash lately, noting that ``session`` (its
+    host folder and workspace as given) runs bash here."""
     host_root, sessions_root = host_folder.parent, workspace.parent
 
     def want(name: str) -> None:
@@ -159,8 +168,10 @@ def ahead_of_peers(
         # Sessions just made start their networks side by side (each about 20 ms of CPU).
         threading.Thread(target=start, name="bash-peer-network", daemon=True).start()
 
-    _peers.note(host_root, session)
-    _peers.serve(host_root, settings.warm, want)
+    ran = settings.warm_peers == "all"
+    if ran:
+        _peers.note(host_root, session)
+    _peers.serve(host_root, settings.warm, want, ran)
 
 
 def _started(host_folder: Path) -> list[str] | None:
@@ -172,8 +183,8 @@ def _started(host_folder: Path) -> list[str] | None:
     return None
 
 
-def _each(host_root: Path, count: int, want: Callable[[str], None]) -> None:
-    for name in recent(host_root, count):
+def _each(host_root: Path, count: int, want: Callable[[str], None], ran: bool) -> None:
+    for name in recent(host_root, count, ran):
         with contextlib.suppress(Exception):  # the thread must end quietly: one less made
             want(name)
 

@@ -16,6 +16,18 @@ DEFAULT_HIDE = (
     "~/.gnupg ~/.git-credentials ~/.pypirc"
 )
 _NO_LIMIT = at_least(0, "no limit")
+# Which of the host's other sessions a worker makes sandboxes ahead for (``warm_peers``).
+PEER_MODES = ("off", "new", "all")
+
+
+def _peer_mode(raw: str) -> str:
+    """``warm_peers`` as written, or as the yes/no it was before it had modes: yes is "all"."""
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes", "on"):
+        return "all"
+    if word in ("0", "false", "no"):
+        return "off"
+    return word
 
 
 @dataclass(frozen=True)
@@ -62,11 +74,16 @@ class BashSettings(SettingsGroup):
     warm: int = setting(
         8, "BASH_WARM", "sandboxes a worker process keeps made ahead (0: none)", check=at_least(0)
     )
-    # Also for the host's other sessions, named as they are made or run bash: each worker
-    # makes their sandboxes on speculation, which pays with CPU to spare and few sessions,
-    # and costs calls/s on a busy host with many (benchmarks.many_sessions: a third).
-    warm_peers: bool = setting(
-        False, "BASH_WARM_PEERS", "also make ahead the host's other recent sessions' sandboxes"
+    # Also for the host's other sessions: "new" ones as they are made (a session's first call
+    # lands on any worker of its host), "all" also as they run bash elsewhere (speculation
+    # that pays with CPU to spare and few sessions, and costs a busy host of many a third of
+    # its calls/s: benchmarks.many_sessions), or "off".
+    warm_peers: str = setting(
+        "new",
+        "BASH_WARM_PEERS",
+        "the host's other sessions whose sandboxes are made ahead: off, new or all",
+        check=one_of(PEER_MODES),
+        parse=_peer_mode,
     )
     # Background processes of a session (process_start): how many run at once, and each
     # one's limits beyond a command's (memory and processes are bash's own, per process).

@@ -16,8 +16,8 @@ after it: nothing passes from one call to the next.
 - A *sandbox* unit belongs to one place: its workspace, its network, the settings. It is made
   when a call runs there, for the next call there on this worker process (a session's calls
   come round to each worker of its host), when a session's network has just started, and
-  with ``TOOLPOOL_BASH_WARM_PEERS``, for the host's sessions made or run in lately
-  (``_shell_peers``).
+  for the host's sessions just made (with ``TOOLPOOL_BASH_WARM_PEERS=all``, also those run
+  in lately elsewhere: ``_shell_peers``).
 
 A worker process keeps one outside unit per settings, and sandbox units for the last
 ``BashSettings.warm`` places, each at most ``IDLE_S``. A sandbox unit is checked when taken:

@@ -135,7 +135,7 @@ def bash(
             script = launch(unit, confinement, shell.cwd, shell.env, argv, (shell.startup,))
             run = ShellRun.attach(unit, script, cap, confinement)
             units().wake()
-            if bwrap is not None and ctx.session is not None and settings.warm_peers:
+            if bwrap is not None and ctx.session is not None and settings.warm_peers != "off":
                 # The host's other sessions' sandboxes made ahead here too, beside the command.
                 place = ctx.session
                 ahead_of_peers(settings, bwrap, place.name, place.host_folder, root, folders)

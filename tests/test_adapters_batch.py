@@ -13,7 +13,10 @@ its submit was under way left the submitted turn running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -396,6 +399,7 @@ def test_callers_cancelled_while_the_turn_is_submitted_cancel_it(pool: Settings)
     enqueued, not left to run."""
     checking, release = threading.Event(), threading.Event()
     when_callers_left: list[ToolResult | None] = []
+    marker = sleep_marker()
 
     def hold_submit(call: ToolCall, tool: ToolInfo) -> None:
         checking.set()  # the submit is under way, in the executor's thread
@@ -406,11 +410,12 @@ def test_callers_cancelled_while_the_turn_is_submitted_cancel_it(pool: Settings)
             settings=pool, wait_for_workers=PATIENCE_S, check=hold_submit
         ) as ex:
             batcher = TurnBatcher(ex)
-            # A short bash limit: left running, the turn is over soon all the same.
+            # bash's own limit must not end the sleep before the cancel lands, however slow
+            # the machine: the echo would start, and be left without a result to read.
             tasks = start_together(
                 batcher,
                 [
-                    ("bash", {"command": f"sleep {sleep_marker()}", "timeout": 2}, "sleep"),
+                    ("bash", {"command": f"sleep {marker}", "timeout": 600}, "sleep"),
                     ("echo", {"text": "never"}, "queued"),  # waits behind the bash
                 ],
             )
@@ -424,7 +429,16 @@ def test_callers_cancelled_while_the_turn_is_submitted_cancel_it(pool: Settings)
             queued = batcher.turns[0][1].id
             # Read at once: left running, the turn has not reached the echo yet.
             when_callers_left.append(stored_now(pool, queued))
-            # Closed only once the turn is over, cancelled or not (as above).
+            # A turn left running is ended here (its sleep, ours alone), so that the test
+            # fails at once; the executor is closed only once the turn is over.
+            await asyncio.to_thread(
+                wait_for,
+                lambda: stored_now(pool, queued) is not None or bool(sleeping(marker)),
+                "the echo's result, or else the sleep to run",
+            )
+            for pid in sleeping(marker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             await asyncio.to_thread(stored_result, pool, queued)
 
     run(main)

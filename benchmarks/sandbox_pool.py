@@ -1,11 +1,11 @@
 """What bash's sandbox adds to a call through a pool started as users start it.
 
 Usage: ``python -m benchmarks.sandbox_pool [--runs 3] [--rounds 30] [--warmup 8]
-[--only latency,sessions] [--pause 1.0]``. On a private redis-server, ``toolpool worker --workers 4
---sessions-root DIR --host HOST --sandbox required`` (bash's default limits, so each command
-has its cgroups too), and, for the comparison of the second figure, the same with
-``--sandbox off``. Each figure against its baseline measured in the same run, ``--runs`` runs,
-min / median / max over runs:
+[--only latency,sessions,creates] [--pause 1.0]``. On a private redis-server, ``toolpool
+worker --workers 4 --sessions-root DIR --host HOST --sandbox required`` (bash's default
+limits, so each command has its cgroups too), and, for the comparison of the second figure,
+the same with ``--sandbox off``. Each figure against its baseline measured in the same run,
+``--runs`` runs, min / median / max over runs:
 
 - ``latency``: a bash call of ``sleep 0.1`` in a session, through ``Executor.run``, against
   ``subprocess.run(["bash", "-c", "sleep 0.1"])`` in this process and the round trip of a
@@ -21,6 +21,11 @@ min / median / max over runs:
   workers, 2.0 s) over wall time (first agent's start to last result). Goal: at least 0.90
   with the sandbox; the same agents on the pool with the sandbox off are measured for
   comparison.
+- ``creates``: what the default ``TOOLPOOL_BASH_WARM_PEERS=new`` (every worker makes a new
+  session's sandbox ahead, with CPU to spare) costs a busy host: 4 agents call bash ``true``
+  back to back in sessions of their own while 60 sessions are made one after another; their
+  calls/s and the creates' time, on a pool with ``new`` against one with ``off`` (the two by
+  turns, their order alternating run by run). No goal: at most a few percent.
 
 Every wait has a deadline; workers and Redis are stopped by their PIDs at the end.
 """
@@ -56,7 +61,9 @@ CALLS = 5
 SLEEP_AGENT = 0.2
 LATENCY_GOAL_MS = 5.0
 EFFICIENCY_GOAL = 0.90
-PARTS = ("latency", "sessions")
+BUSY_AGENTS = 4
+CREATES = 60
+PARTS = ("latency", "sessions", "creates")
 _PATIENCE_S = 120.0
 _SPAWN = multiprocessing.get_context("spawn")
 
@@ -68,13 +75,14 @@ class Host:
     url: str
     folder: Path
     sandbox: str
+    peers: str = "new"
     name: str = ""
     pool: Pool = field(default_factory=Pool)
 
     @contextmanager
     def serving(self) -> Iterator[Settings]:
         """The pool started and serving sessions; its client settings. Stopped by its PID."""
-        self.name = f"sbx-{self.sandbox}-{os.getpid()}"
+        self.name = f"sbx-{self.sandbox}-{self.peers}-{os.getpid()}"
         root = self.folder / self.name
         root.mkdir()
         script = Path(sys.executable).with_name("toolpool")
@@ -93,6 +101,7 @@ class Host:
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLPOOL_")}
         env["TOOLPOOL_REDIS_URL"] = self.url
+        env["TOOLPOOL_BASH_WARM_PEERS"] = self.peers
         settings = Settings(redis_url=self.url)
         try:
             self.pool.run(argv, env)
@@ -342,6 +351,99 @@ def sessions(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
     ]
 
 
+# -- creates ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Creates:
+    """One pool's figures: the busy agents' bash calls/s, and each create's time in ms."""
+
+    rate: float
+    times: list[float]
+
+
+def _creates_beside_agents(settings: Settings, host: str, index: int) -> _Creates:
+    """``BUSY_AGENTS`` agents call bash back to back while ``CREATES`` sessions are made."""
+    names = [f"c{index}-busy{agent}" for agent in range(BUSY_AGENTS)]
+    stop, counts = threading.Event(), [0] * BUSY_AGENTS
+    started = threading.Barrier(BUSY_AGENTS + 1)
+    failures: list[BaseException] = []
+
+    def agent(number: int) -> None:
+        try:
+            with Executor(settings=settings, session=names[number]) as executor:
+                first = True
+                while not stop.is_set():
+                    (result,) = executor.run([_bash(0)], timeout=_PATIENCE_S)
+                    _ok(result, f"busy agent {number}'s call")
+                    counts[number] += 1
+                    if first:
+                        first = False
+                        started.wait(_PATIENCE_S)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            failures.append(exc)
+            started.abort()
+
+    made: list[str] = []
+    with sessions_made(settings, host, names), Sessions(settings=settings) as sessions:
+        threads = [
+            threading.Thread(target=agent, args=(i,), daemon=True) for i in range(BUSY_AGENTS)
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            started.wait(_PATIENCE_S)  # every agent has called bash: the workers watch the host
+            before, clock = sum(counts), time.perf_counter()
+            times = []
+            for number in range(CREATES):
+                name = f"c{index}-new{number}"
+                begun = time.perf_counter()
+                sessions.create(name, host=host, timeout=_PATIENCE_S)
+                times.append((time.perf_counter() - begun) * 1000)
+                made.append(name)
+            rate = (sum(counts) - before) / (time.perf_counter() - clock)
+        except threading.BrokenBarrierError:
+            raise BenchError(f"a busy agent failed: {failures[:1]!r}") from None
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(_PATIENCE_S)
+            for name in made:
+                sessions.delete(name, force=True, timeout=_PATIENCE_S)
+    if failures:
+        raise BenchError(f"a busy agent failed: {failures[0]!r}")
+    return _Creates(rate, times)
+
+
+def creates(url: str, folder: Path, args: argparse.Namespace) -> list[str]:
+    """The third figure: ``new`` against ``off``, by turns; the summary lines."""
+    print(
+        f"\ncreates: {CREATES} sessions made one after another beside {BUSY_AGENTS} agents "
+        f"calling bash `true` back to back, TOOLPOOL_BASH_WARM_PEERS new against off"
+    )
+    found: dict[str, list[_Creates]] = {"new": [], "off": []}
+    for index in range(1, args.runs + 1):
+        for peers in ("off", "new") if index % 2 else ("new", "off"):
+            host = Host(url, folder, "required", peers=peers)
+            with host.serving() as settings:
+                figures = _creates_beside_agents(settings, host.name, index)
+            found[peers].append(figures)
+            print(
+                f"  run {index}/{args.runs} peers {peers:<3} busy agents "
+                f"{figures.rate:6.1f} calls/s, create p50 "
+                f"{statistics.median(figures.times):5.1f} ms, p90 "
+                f"{statistics.quantiles(figures.times, n=10)[-1]:5.1f} ms",
+                flush=True,
+            )
+    ratios = [new.rate / off.rate for new, off in zip(found["new"], found["off"], strict=True)]
+    p50 = {peers: [statistics.median(f.times) for f in runs] for peers, runs in found.items()}
+    return [
+        f"{CREATES} sessions made beside {BUSY_AGENTS} agents calling bash back to back: their "
+        f"calls/s, peers new / off {_spread(ratios)}; create p50 new {_spread(p50['new'])} ms, "
+        f"off {_spread(p50['off'])} ms"
+    ]
+
+
 # -- the run ---------------------------------------------------------------------------------
 
 
@@ -390,6 +492,8 @@ def run(args: argparse.Namespace) -> None:
                 summary += latency(server.url, folder, args)
             if "sessions" in args.parts:
                 summary += sessions(server.url, folder, args)
+            if "creates" in args.parts:
+                summary += creates(server.url, folder, args)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print(f"\nload average at end: {_load()}\n\nSummary (min / median / max of {args.runs} runs)")

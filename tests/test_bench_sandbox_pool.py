@@ -26,7 +26,7 @@ def test_unknown_parts_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
         sandbox_pool.main(["--only", "latency,throughput"])
 
     assert stopped.value.code == 2
-    assert "--only takes names from latency, sessions" in capsys.readouterr().err
+    assert "--only takes names from latency, sessions, creates" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("pause", ["-1", "121"])

@@ -11,7 +11,9 @@ it did not).
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import shutil
 import warnings
 from collections.abc import Iterator
@@ -406,6 +408,7 @@ def test_a_session_just_made_on_the_host_finds_its_network_and_sandbox_made_ahea
     sessions_root: Path, settings: BashSettings
 ) -> None:
     assert settings.warm_peers == "new"  # the default
+    settings = replace(settings, warm_peers_idle=0.0)  # a busy test machine acts all the same
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     first.run("true")  # this worker runs bash in the host's sessions: it watches them from now
     assert current(second.host_folder) is None
@@ -442,6 +445,55 @@ def test_with_peers_off_a_session_just_made_gets_nothing_ahead_here(
     assert current(second.host_folder) is None
 
 
+def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
+    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The machine's CPUs never idle; the worker gives up after its wait.
+    ticks = itertools.count(step=100)
+    monkeypatch.setattr(_shell_peers, "_cpu_times", lambda: (0, next(ticks)))
+    monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
+    answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    quiet_soon = _shell_peers._quiet_soon
+
+    def told(idle: float) -> bool:
+        answer = quiet_soon(idle)
+        answers.put(answer)
+        return answer
+
+    monkeypatch.setattr(_shell_peers, "_quiet_soon", told)
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    first.run("true")  # the watch starts, and looks once at once
+    assert answers.get(timeout=PATIENCE_S) is False
+    second.host_folder.mkdir(parents=True)
+    note(second.host_folder.parent, "b")
+
+    assert answers.get(timeout=PATIENCE_S) is False
+    assert units().settle(PATIENCE_S)
+    assert [place for place in units().kept() if place.workspace == second.folder] == []
+    assert current(second.host_folder) is None
+
+
+@pytest.mark.parametrize(
+    ("idle_ticks", "wanted", "answer"),
+    [(50, 0.5, True), (40, 0.5, False), (0, 0.0, True), (None, 0.9, True)],
+)
+def test_cpu_to_spare_is_the_idle_share_over_the_last_tenth_of_a_second(
+    idle_ticks: int | None, wanted: float, answer: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 100 ticks a look, idle_ticks of them idle (None: no /proc/stat to read).
+    looks = itertools.count()
+
+    def cpu_times() -> tuple[int, int] | None:
+        look = next(looks)
+        return None if idle_ticks is None else (look * idle_ticks, look * 100)
+
+    monkeypatch.setattr(_shell_peers, "_cpu_times", cpu_times)
+    monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
+    assert units().settle(PATIENCE_S)
+
+    assert _shell_peers._quiet_soon(wanted) is answer
+
+
 def test_the_host_file_tells_sessions_made_from_sessions_run_in(sessions_root: Path) -> None:
     host_root = sessions_root / ".toolpool-host"
     note(host_root, "a")
@@ -474,7 +526,8 @@ def test_a_session_network_started_anew_is_the_one_joined(sessions_root: Path) -
 def test_a_session_made_on_the_host_has_its_network_and_sandbox_before_its_first_call(
     redis_url: str, tmp_path: Path, make_workers: MakeWorkers
 ) -> None:
-    bash_settings = BashSettings(sandbox="required")  # warm_peers "new", the default
+    # warm_peers "new", the default; acted on however busy the test machine is.
+    bash_settings = BashSettings(sandbox="required", warm_peers_idle=0.0)
     settings = host_settings(redis_url, tmp_path, "h1", tools=[bash_settings])
     make_workers(settings).start(1)
     assert settings.worker.sessions_root is not None

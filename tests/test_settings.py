@@ -241,7 +241,7 @@ def test_a_value_that_would_read_back_different_is_refused() -> None:
 def test_each_variable_is_read_by_one_setting() -> None:
     check_unique((*CORE, *TOOLS))
     variables = [row.variable for group in (*CORE, *TOOLS) for row in rows(group)]
-    assert len(variables) == len(set(variables)) == 46
+    assert len(variables) == len(set(variables)) == 47
 
     @dataclass(frozen=True)
     class Clash(SettingsGroup):

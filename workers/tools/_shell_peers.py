@@ -1,18 +1,18 @@
 """Sandboxes made ahead for the sessions this host made (or ran bash in) lately.
 
-A session's calls come round to each worker of its host, so a worker that ran none of its
-calls yet would make its sandbox in the call: bubblewrap's namespaces and mounts, about 10 ms
-on a quiet machine and many times that on a busy one, and every session's first call would pay
-it. So the host notes its sessions in a small file (``workers.processes._recent``): a session's
-name when it is made (the worker that makes its folder) and, with ``TOOLPOOL_BASH_WARM_PEERS``
-"all", each bash call in a session, at most once every 5 s per worker. A worker process that
-ran bash in the host's sessions watches that file, and as it changes has the sandboxes of the
-last ``BashSettings.warm`` sessions made there (with "all": or run in) made ahead
-(``_shell_warm``), each checked as any unit is when a call takes it; a session's network holder
-is started first where it has none yet (a session just made), so that the sandbox is made in
-it. At most ``warm`` sessions new to a worker are acted on a second: a burst of sessions made
-does not make a sandbox each. Where the file cannot be watched, a worker reads its end beside
-a command, once a second.
+A session's calls come round to each worker of its host, so a worker that ran none of its calls
+yet would make its sandbox in the call: bubblewrap's namespaces and mounts, about 10 ms on a
+quiet machine and many times that on a busy one, and every session's first call would pay it. So
+the host notes its sessions in a small file (``workers.processes._recent``): a session's name
+when it is made (the worker that makes its folder) and, with ``TOOLPOOL_BASH_WARM_PEERS`` "all",
+each bash call in a session, at most once every 5 s per worker. A worker process that ran bash
+in the host's sessions watches that file, and as it changes has the sandboxes of the last
+``BashSettings.warm`` sessions made there (with "all": or run in) made ahead (``_shell_warm``),
+each checked as any unit is when a call takes it; a session's network holder is started first
+where it has none yet (a session just made), so that the sandbox is made in it. Sessions just
+made are acted on only with CPU to spare (``_quiet_soon``). At most ``warm`` sessions new to a
+worker are acted on a second: a burst of sessions made does not make a sandbox each. Where the
+file cannot be watched, a worker reads its end beside a command, once a second.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from workers.processes._netns import current, join
 from workers.processes._recent import RECENT, note, recent, watch
 from workers.tools._shell_settings import BashSettings
-from workers.tools._shell_warm import make_ahead
+from workers.tools._shell_warm import make_ahead, units
 
 __all__ = ["RECENT", "Peers", "ahead_of_peers", "peers", "recent"]
 
@@ -40,13 +40,19 @@ _NOTE_EVERY_S = 5.0
 _NEW_EVERY_S = 1.0
 # How many session names a worker remembers having acted on.
 _SEEN = 4096
+# A session just made is acted on once this worker has run no bash for _QUIET_S and the
+# machine's CPUs were idle enough over that time (``BashSettings.warm_peers_idle``), looked at
+# every _QUIET_POLL_S for at most _QUIET_WAIT_S: on a busy host, CPU goes to calls (a burst of
+# sessions made beside four agents calling bash back to back cost them a third of their
+# calls/s).
+_QUIET_S, _QUIET_POLL_S, _QUIET_WAIT_S = 0.1, 0.05, 2.0
 
 
 class _Watched:
     """What a worker's watch of one host acts with: the latest call's way to want a sandbox."""
 
-    def __init__(self, want: Callable[[str], None], count: int, ran: bool) -> None:
-        self.want, self.count, self.ran = want, count, ran
+    def __init__(self, want: Callable[[str], None], count: int, ran: bool, idle: float) -> None:
+        self.want, self.count, self.ran, self.idle = want, count, ran, idle
         self.seen: OrderedDict[str, None] = OrderedDict()
         self.new_at: list[float] = []
 
@@ -73,11 +79,17 @@ class Peers:
             note(host_root, name, ran=True)
 
     def serve(
-        self, host_root: Path, count: int, want: Callable[[str], None], ran: bool = False
+        self,
+        host_root: Path,
+        count: int,
+        want: Callable[[str], None],
+        ran: bool = False,
+        idle: float = 0.0,
     ) -> None:
         """Hand ``want`` the last ``count`` sessions noted in ``host_root`` as they were made
         (and, with ``ran``, as they ran bash) as they change (a watch, started on the first
-        call), else at most once every ``_READ_EVERY_S``."""
+        call), else at most once every ``_READ_EVERY_S``. Without ``ran``, the watch acts
+        only with CPU to spare: ``idle``, the share of the machine's CPU idle."""
         if count <= 0:
             return
         with self._lock:
@@ -85,9 +97,10 @@ class Peers:
             if isinstance(watched, _Watched):
                 # The latest settings and folders.
                 watched.want, watched.count, watched.ran = want, count, ran
+                watched.idle = idle
                 return
             if watched is False:
-                state = _Watched(want, count, ran)
+                state = _Watched(want, count, ran, idle)
                 if watch(
                     host_root,
                     lambda: self._changed(host_root, state),
@@ -103,6 +116,8 @@ class Peers:
             self._watched.pop(host_root, None)  # the folder went: a later call watches anew
 
     def _changed(self, host_root: Path, state: _Watched) -> None:
+        if not state.ran and not _quiet_soon(state.idle):
+            return  # left to their first calls here (and seen again at the next change)
         now = time.monotonic()
         for name in recent(host_root, state.count, state.ran):
             with self._lock:
@@ -171,7 +186,7 @@ def ahead_of_peers(
     ran = settings.warm_peers == "all"
     if ran:
         _peers.note(host_root, session)
-    _peers.serve(host_root, settings.warm, want, ran)
+    _peers.serve(host_root, settings.warm, want, ran, settings.warm_peers_idle)
 
 
 def _started(host_folder: Path) -> list[str] | None:
@@ -181,6 +196,40 @@ def _started(host_folder: Path) -> list[str] | None:
         prefix, _ = join(host_folder, make=False)
         return prefix
     return None
+
+
+def _quiet_soon(idle: float) -> bool:
+    """Whether this worker runs no bash back to back and the machine's CPU is at least
+    ``idle`` idle, now or within ``_QUIET_WAIT_S``."""
+    started = time.monotonic()
+    samples = [(started, _cpu_times())]
+    while True:
+        now, times = time.monotonic(), _cpu_times()
+        old = [sample for at, sample in samples if now - at >= _QUIET_S]
+        if old and units().quiet(_QUIET_S) and _idle_share(old[-1], times) >= idle:
+            return True
+        if now - started >= _QUIET_WAIT_S:
+            return False
+        samples.append((now, times))
+        time.sleep(_QUIET_POLL_S)
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """The machine's CPU time so far, idle and in all, in ticks (``/proc/stat``)."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = [int(field) for field in stat.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal: idle and iowait are time to spare.
+        return fields[3] + fields[4], sum(fields[:8])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _idle_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float:
+    """The share of CPU time idle between two ``_cpu_times``: 1.0 where unknown."""
+    if before is None or after is None or after[1] <= before[1]:
+        return 1.0
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def _each(host_root: Path, count: int, want: Callable[[str], None], ran: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executor._settings import SettingsGroup, at_least, one_of, setting
+from executor._settings import SettingsGroup, at_least, between, one_of, setting
 
 SANDBOX_MODES = ("off", "auto", "required")
 # The worker's home and everyone's, host secrets, and sockets of local services (/run): hidden
@@ -84,6 +84,14 @@ class BashSettings(SettingsGroup):
         "the host's other sessions whose sandboxes are made ahead: off, new or all",
         check=one_of(PEER_MODES),
         parse=_peer_mode,
+    )
+    # A session just made is made ahead only with CPU to spare: the machine's CPUs at least
+    # this share idle (and the worker not running bash back to back); 0: whatever the load.
+    warm_peers_idle: float = setting(
+        0.5,
+        "BASH_WARM_PEERS_IDLE",
+        "share of the machine's CPU idle for a new session's sandbox to be made ahead",
+        check=between(0, 1),
     )
     # Background processes of a session (process_start): how many run at once, and each
     # one's limits beyond a command's (memory and processes are bash's own, per process).

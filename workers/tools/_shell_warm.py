@@ -162,6 +162,8 @@ class Units:
         self._thread: threading.Thread | None = None
         self._counts: Counter[str] = Counter()
         self._inherited: list[Unit] = []
+        # When a call last took a unit or gave one back (``quiet``).
+        self._used_at = float("-inf")
 
     def take(self, place: Place) -> Unit | None:
         """The unit ready for ``place`` (waiting a moment for one being made), or None."""
@@ -197,6 +199,7 @@ class Units:
             unit.close()
             return
         with self._changed:
+            self._used_at = time.monotonic()
             self._spent.append(unit)
             self._asked(time.monotonic() + _DEFER_S)
 
@@ -210,6 +213,13 @@ class Units:
         """Count a call's launch by how it was had (``SANDBOX_AHEAD`` ...)."""
         with self._changed:
             self._counts[how] += 1
+            self._used_at = time.monotonic()
+
+    def quiet(self, seconds: float) -> bool:
+        """Whether no call of this process has taken a unit or given one back for
+        ``seconds``: it does not run bash back to back."""
+        with self._changed:
+            return time.monotonic() - self._used_at >= seconds
 
     def counts(self) -> dict[str, int]:
         """How this process's calls had their launch so far, by kind."""

@@ -15,6 +15,8 @@ import itertools
 import os
 import queue
 import shutil
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
@@ -31,7 +33,7 @@ from tests.support.sessions import call, host_settings, ok
 from tests.support.waiting import PATIENCE_S, gone, wait_for
 from workers.processes._ending import end_under
 from workers.processes._netns import current, join, stop_holder
-from workers.processes._recent import note, recent
+from workers.processes._recent import mark_ran, note, recent
 from workers.tools import _shell_peers
 from workers.tools._cgroup import find_cgroups
 from workers.tools._shell_settings import BashSettings
@@ -448,15 +450,16 @@ def test_with_peers_off_a_session_just_made_gets_nothing_ahead_here(
 def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
     sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The machine's CPUs never idle; the worker gives up after its wait.
+    # Asked for half the CPU idle, on a machine whose CPUs never idle: the worker gives up.
+    settings = replace(settings, warm_peers_idle=0.5)
     ticks = itertools.count(step=100)
     monkeypatch.setattr(_shell_peers, "_cpu_times", lambda: (0, next(ticks)))
     monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
     answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
     quiet_soon = _shell_peers._quiet_soon
 
-    def told(idle: float) -> bool:
-        answer = quiet_soon(idle)
+    def told(idle: float, host_root: Path) -> bool:
+        answer = quiet_soon(idle, host_root)
         answers.put(answer)
         return answer
 
@@ -478,7 +481,11 @@ def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
     [(50, 0.5, True), (40, 0.5, False), (0, 0.0, True), (None, 0.9, True)],
 )
 def test_cpu_to_spare_is_the_idle_share_over_the_last_tenth_of_a_second(
-    idle_ticks: int | None, wanted: float, answer: bool, monkeypatch: pytest.MonkeyPatch
+    idle_ticks: int | None,
+    wanted: float,
+    answer: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 100 ticks a look, idle_ticks of them idle (None: no /proc/stat to read).
     looks = itertools.count()
@@ -491,7 +498,46 @@ def test_cpu_to_spare_is_the_idle_share_over_the_last_tenth_of_a_second(
     monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
     assert units().settle(PATIENCE_S)
 
-    assert _shell_peers._quiet_soon(wanted) is answer
+    assert _shell_peers._quiet_soon(wanted, tmp_path) is answer
+
+
+def test_a_host_running_bash_back_to_back_leaves_a_session_just_made_to_its_first_call(
+    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings.warm_peers_idle == 0.0  # the default: the machine's load aside
+    monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
+    answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
+    quiet_soon = _shell_peers._quiet_soon
+
+    def told(idle: float, host_root: Path) -> bool:
+        answer = quiet_soon(idle, host_root)
+        answers.put(answer)
+        return answer
+
+    monkeypatch.setattr(_shell_peers, "_quiet_soon", told)
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    first.run("true")
+    answers.get(timeout=PATIENCE_S)  # the watch's first look, whatever it found
+    host_root = second.host_folder.parent
+    busy = threading.Event()
+
+    def another_worker_running_bash() -> None:
+        while not busy.is_set():
+            mark_ran(host_root)
+            time.sleep(0.02)
+
+    marking = threading.Thread(target=another_worker_running_bash, daemon=True)
+    marking.start()
+    try:
+        second.host_folder.mkdir(parents=True)
+        note(host_root, "b")
+        assert answers.get(timeout=PATIENCE_S) is False
+    finally:
+        busy.set()
+        marking.join(PATIENCE_S)
+    assert units().settle(PATIENCE_S)
+    assert [place for place in units().kept() if place.workspace == second.folder] == []
+    assert current(second.host_folder) is None
 
 
 def test_the_host_file_tells_sessions_made_from_sessions_run_in(sessions_root: Path) -> None:

@@ -5,7 +5,9 @@ and a session's calls come round to each worker of its host; so what one worker 
 session (it was just made, a command ran in it) is written where the host's other workers
 see it: ``RECENT`` in the host folders' parent, one session name a line, appended (with
 `` ran`` after it where a command ran in it). ``watch`` has a thread of a worker wait
-(inotify: no polling) for that file to be written to.
+(inotify: no polling) for that file to be written to. ``ACTIVE``, beside it, is touched as a
+worker starts bash in one of the host's sessions: whether the host's workers are busy with
+bash (``ran_lately``), for work on speculation to wait for.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 RECENT = "bash-recent"
+ACTIVE = "bash-active"
 # How much of the file's end is read; past _MAX_BYTES it starts again (only its end matters).
 _TAIL = 4096
 _MAX_BYTES = 64 * 1024
@@ -53,6 +56,25 @@ def note(host_root: Path, name: str, ran: bool = False) -> None:
         os.write(handle, f"{name}{_RAN if ran else ''}\n".encode())
     finally:
         os.close(handle)
+
+
+def mark_ran(host_root: Path) -> None:
+    """Say that a worker of the host starts bash in one of its sessions now."""
+    try:
+        os.utime(host_root / ACTIVE)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            os.close(os.open(host_root / ACTIVE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    except OSError:
+        pass  # a mark lost only lets a sandbox be made ahead beside a call
+
+
+def ran_lately(host_root: Path, seconds: float) -> bool:
+    """Whether a worker of the host started bash in one of its sessions within ``seconds``."""
+    try:
+        return time.time() - os.stat(host_root / ACTIVE).st_mtime < seconds
+    except OSError:
+        return False
 
 
 def recent(host_root: Path, count: int, ran: bool = True) -> list[str]:

@@ -10,9 +10,10 @@ in the host's sessions watches that file, and as it changes has the sandboxes of
 ``BashSettings.warm`` sessions made there (with "all": or run in) made ahead (``_shell_warm``),
 each checked as any unit is when a call takes it; a session's network holder is started first
 where it has none yet (a session just made), so that the sandbox is made in it. Sessions just
-made are acted on only with CPU to spare (``_quiet_soon``). At most ``warm`` sessions new to a
-worker are acted on a second: a burst of sessions made does not make a sandbox each. Where the
-file cannot be watched, a worker reads its end beside a command, once a second.
+made are acted on only while the host runs no bash back to back (``_quiet_soon``). At most
+``warm`` sessions new to a worker are acted on a second: a burst of sessions made does not make
+a sandbox each. Where the file cannot be watched, a worker reads its end beside a command, once
+a second.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from workers.processes._netns import current, join
-from workers.processes._recent import RECENT, note, recent, watch
+from workers.processes._recent import RECENT, mark_ran, note, ran_lately, recent, watch
 from workers.tools._shell_settings import BashSettings
 from workers.tools._shell_warm import make_ahead, units
 
@@ -40,11 +41,11 @@ _NOTE_EVERY_S = 5.0
 _NEW_EVERY_S = 1.0
 # How many session names a worker remembers having acted on.
 _SEEN = 4096
-# A session just made is acted on once this worker has run no bash for _QUIET_S and the
-# machine's CPUs were idle enough over that time (``BashSettings.warm_peers_idle``), looked at
-# every _QUIET_POLL_S for at most _QUIET_WAIT_S: on a busy host, CPU goes to calls (a burst of
-# sessions made beside four agents calling bash back to back cost them a third of their
-# calls/s).
+# A session just made is acted on once no worker of the host has started bash for _QUIET_S
+# (and, with ``BashSettings.warm_peers_idle``, the machine's CPUs were that idle over that
+# time), looked at every _QUIET_POLL_S for at most _QUIET_WAIT_S: on a host busy with calls,
+# CPU goes to them (a burst of sessions made beside four agents calling bash back to back
+# cost them a third of their calls/s).
 _QUIET_S, _QUIET_POLL_S, _QUIET_WAIT_S = 0.1, 0.05, 2.0
 
 
@@ -116,7 +117,7 @@ class Peers:
             self._watched.pop(host_root, None)  # the folder went: a later call watches anew
 
     def _changed(self, host_root: Path, state: _Watched) -> None:
-        if not state.ran and not _quiet_soon(state.idle):
+        if not state.ran and not _quiet_soon(state.idle, host_root):
             return  # left to their first calls here (and seen again at the next change)
         now = time.monotonic()
         for name in recent(host_root, state.count, state.ran):
@@ -183,6 +184,7 @@ def ahead_of_peers(
         # Sessions just made start their networks side by side (each about 20 ms of CPU).
         threading.Thread(target=start, name="bash-peer-network", daemon=True).start()
 
+    mark_ran(host_root)
     ran = settings.warm_peers == "all"
     if ran:
         _peers.note(host_root, session)
@@ -198,15 +200,16 @@ def _started(host_folder: Path) -> list[str] | None:
     return None
 
 
-def _quiet_soon(idle: float) -> bool:
-    """Whether this worker runs no bash back to back and the machine's CPU is at least
-    ``idle`` idle, now or within ``_QUIET_WAIT_S``."""
+def _quiet_soon(idle: float, host_root: Path) -> bool:
+    """Whether the host's workers run no bash back to back (this one included) and the
+    machine's CPU is at least ``idle`` idle, now or within ``_QUIET_WAIT_S``."""
     started = time.monotonic()
-    samples = [(started, _cpu_times())]
+    samples = [(started, _cpu_times() if idle > 0 else None)]
     while True:
-        now, times = time.monotonic(), _cpu_times()
+        now, times = time.monotonic(), _cpu_times() if idle > 0 else None
         old = [sample for at, sample in samples if now - at >= _QUIET_S]
-        if old and units().quiet(_QUIET_S) and _idle_share(old[-1], times) >= idle:
+        spare = idle <= 0 or (bool(old) and _idle_share(old[-1], times) >= idle)
+        if spare and units().quiet(_QUIET_S) and not ran_lately(host_root, _QUIET_S):
             return True
         if now - started >= _QUIET_WAIT_S:
             return False

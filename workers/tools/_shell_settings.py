@@ -85,10 +85,11 @@ class BashSettings(SettingsGroup):
         check=one_of(PEER_MODES),
         parse=_peer_mode,
     )
-    # A session just made is made ahead only with CPU to spare: the machine's CPUs at least
-    # this share idle (and the worker not running bash back to back); 0: whatever the load.
+    # A session just made is made ahead only while the host's workers run no bash back to
+    # back and, above 0, the machine's CPUs are at least this share idle (a machine shared
+    # with other work: speculation would take from it).
     warm_peers_idle: float = setting(
-        0.5,
+        0.0,
         "BASH_WARM_PEERS_IDLE",
         "share of the machine's CPU idle for a new session's sandbox to be made ahead",
         check=between(0, 1),

@@ -447,13 +447,8 @@ def test_with_peers_off_a_session_just_made_gets_nothing_ahead_here(
     assert current(second.host_folder) is None
 
 
-def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
-    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Asked for half the CPU idle, on a machine whose CPUs never idle: the worker gives up.
-    settings = replace(settings, warm_peers_idle=0.5)
-    ticks = itertools.count(step=100)
-    monkeypatch.setattr(_shell_peers, "_cpu_times", lambda: (0, next(ticks)))
+def _watch_answers(monkeypatch: pytest.MonkeyPatch) -> queue.SimpleQueue[bool]:
+    """What the host's watch finds each time it looks whether it may act (0.3 s at most)."""
     monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
     answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
     quiet_soon = _shell_peers._quiet_soon
@@ -464,6 +459,17 @@ def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
         return answer
 
     monkeypatch.setattr(_shell_peers, "_quiet_soon", told)
+    return answers
+
+
+def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
+    sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Asked for half the CPU idle, on a machine whose CPUs never idle: the worker gives up.
+    settings = replace(settings, warm_peers_idle=0.5)
+    ticks = itertools.count(step=100)
+    monkeypatch.setattr(_shell_peers, "_cpu_times", lambda: (0, next(ticks)))
+    answers = _watch_answers(monkeypatch)
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     first.run("true")  # the watch starts, and looks once at once
     assert answers.get(timeout=PATIENCE_S) is False
@@ -505,16 +511,7 @@ def test_a_host_running_bash_back_to_back_leaves_a_session_just_made_to_its_firs
     sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert settings.warm_peers_idle == 0.0  # the default: the machine's load aside
-    monkeypatch.setattr(_shell_peers, "_QUIET_WAIT_S", 0.3)
-    answers: queue.SimpleQueue[bool] = queue.SimpleQueue()
-    quiet_soon = _shell_peers._quiet_soon
-
-    def told(idle: float, host_root: Path) -> bool:
-        answer = quiet_soon(idle, host_root)
-        answers.put(answer)
-        return answer
-
-    monkeypatch.setattr(_shell_peers, "_quiet_soon", told)
+    answers = _watch_answers(monkeypatch)
     first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
     first.run("true")
     answers.get(timeout=PATIENCE_S)  # the watch's first look, whatever it found

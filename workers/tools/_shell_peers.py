@@ -90,7 +90,8 @@ class Peers:
         """Hand ``want`` the last ``count`` sessions noted in ``host_root`` as they were made
         (and, with ``ran``, as they ran bash) as they change (a watch, started on the first
         call), else at most once every ``_READ_EVERY_S``. Without ``ran``, the watch acts
-        only with CPU to spare: ``idle``, the share of the machine's CPU idle."""
+        only while the host runs no bash back to back and, with ``idle`` above 0, that share
+        of the machine's CPU is idle (``_quiet_soon``)."""
         if count <= 0:
             return
         with self._lock:

@@ -21,7 +21,7 @@ from rq.job import JobStatus
 from executor import ErrorType, Settings, Tool, ToolCall, ToolResult, ToolStatus
 from executor._rq.jobs import job_status
 from executor.client import Executor, TurnError, anthropic_tool_results, openai_tool_messages
-from executor.wire import Batch, partition
+from executor.wire import Batch, NextBatch, partition
 from tests.support import dist_tools
 from tests.support.procs import Workers, events, named, wait_for_event
 from tests.support.waiting import wait_for
@@ -380,6 +380,32 @@ def test_cancel_stops_a_running_bash_and_the_queued_calls(
     wait_for(lambda: all(job_status(client, j) in terminal for j in queued), what="their end")
     assert not (settings.worker.workspace / "never.txt").exists()
     assert named(events(client), "tool_execution_started", ["w", "r"]) == []
+
+
+def test_a_cancel_answers_a_batchs_calls_before_it_starts_that_batch(settings: Settings) -> None:
+    calls = [
+        _call("w1", "write_file", path="a.txt", content="a"),
+        _call("w2", "write_file", path="b.txt", content="b"),
+        _call("r", "read_file", path="a.txt"),
+    ]
+    with _executor(settings) as executor:
+        turn = executor.submit(calls)  # no worker: nothing has started
+        call_of = {job: turn.plan.call_ids[index] for index, job in turn.plan.job_ids.items()}
+        answered_before: list[bool] = []
+        publish = executor.results.publish
+
+        def watched(turn_id: str, result: ToolResult, then: NextBatch | None = None) -> Any:
+            if then is not None:  # this answer puts the next batch's jobs on the queue
+                later = [call_of[job] for job in then.jobs]
+                answered_before.append(set(executor.results.get_many(later)) == set(later))
+            return publish(turn_id, result, then)
+
+        executor.results.publish = watched  # type: ignore[method-assign]
+        executor.cancel(turn)
+        results = executor.collect(turn, timeout=10)
+
+    assert answered_before == [True, True]
+    assert [r.error_type for r in results] == [ErrorType.CANCELLED] * 3
 
 
 @pytest.mark.proof  # real worker processes

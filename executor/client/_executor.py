@@ -401,7 +401,11 @@ class Executor:
             self.keys.turn_cancel(plan.turn_id), "1", ex=self.settings.worker.result_ttl
         )
         stored = self.results.get_many(plan.enqueued())
-        for index, rq_id in plan.job_ids.items():
+        # Later calls first: an earlier call's answer starts the next batch, whose jobs must
+        # find theirs stored (a worker that takes one then answers with it and runs nothing).
+        # In call order, a worker could take one between the two, and it would be skipped
+        # here as started, its answer left to that worker for a moment after the cancel.
+        for index, rq_id in sorted(plan.job_ids.items(), reverse=True):
             call_id = plan.call_ids[index]
             if call_id in stored or job_status(self.client, rq_id) is JobStatus.STARTED:
                 continue

@@ -461,6 +461,23 @@ def _watch_answers(monkeypatch: pytest.MonkeyPatch) -> queue.SimpleQueue[bool]:
     return answers
 
 
+def _assert_left_to_its_first_call(
+    sessions_root: Path, settings: BashSettings, answers: queue.SimpleQueue[bool]
+) -> None:
+    """a runs bash (the watch starts and looks once), b is made: every look finds it may not
+    act, and nothing of b (sandbox, network) is made ahead."""
+    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
+    first.run("true")
+    assert answers.get(timeout=PATIENCE_S) is False  # the watch's first look
+    second.host_folder.mkdir(parents=True)
+    note(second.host_folder.parent, "b")
+
+    assert answers.get(timeout=PATIENCE_S) is False
+    assert units().settle(PATIENCE_S)
+    assert [place for place in units().kept() if place.workspace == second.folder] == []
+    assert current(second.host_folder) is None
+
+
 def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
     sessions_root: Path, settings: BashSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -469,16 +486,7 @@ def test_without_cpu_to_spare_a_session_just_made_is_left_to_its_first_call(
     ticks = itertools.count(step=100)
     monkeypatch.setattr(_shell_peers, "_cpu_times", lambda: (0, next(ticks)))
     answers = _watch_answers(monkeypatch)
-    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
-    first.run("true")  # the watch starts, and looks once at once
-    assert answers.get(timeout=PATIENCE_S) is False
-    second.host_folder.mkdir(parents=True)
-    note(second.host_folder.parent, "b")
-
-    assert answers.get(timeout=PATIENCE_S) is False
-    assert units().settle(PATIENCE_S)
-    assert [place for place in units().kept() if place.workspace == second.folder] == []
-    assert current(second.host_folder) is None
+    _assert_left_to_its_first_call(sessions_root, settings, answers)
 
 
 @pytest.mark.parametrize(
@@ -514,16 +522,7 @@ def test_a_host_running_bash_back_to_back_leaves_a_session_just_made_to_its_firs
     # Another worker of the host starts bash all the time (what bash-active says; a thread
     # touching it could be held back longer than 0.1 s on a busy machine).
     monkeypatch.setattr(_shell_peers, "ran_lately", lambda host_root, seconds: True)
-    first, second = _Session(sessions_root, "a", settings), _Session(sessions_root, "b", settings)
-    first.run("true")
-    assert answers.get(timeout=PATIENCE_S) is False  # the watch's first look
-    second.host_folder.mkdir(parents=True)
-    note(second.host_folder.parent, "b")
-
-    assert answers.get(timeout=PATIENCE_S) is False
-    assert units().settle(PATIENCE_S)
-    assert [place for place in units().kept() if place.workspace == second.folder] == []
-    assert current(second.host_folder) is None
+    _assert_left_to_its_first_call(sessions_root, settings, answers)
 
 
 def test_a_bash_call_of_the_host_is_seen_for_a_tenth_of_a_second(tmp_path: Path) -> None:
